@@ -1,0 +1,231 @@
+// The C API (cudalloc.h) over the process-wide allocator. Every entry point catches
+// everything: nothing is thrown into C callers.
+#include <new>
+
+#include "api/cudalloc.h"
+#include "api/runtime.h"
+#include "core/log.h"
+
+using namespace cudalloc;
+
+namespace {
+
+cudalloc_error_t to_code(Error e) {
+  switch (e) {
+    case Error::ok: return CUDALLOC_SUCCESS;
+    case Error::invalid_value: return CUDALLOC_ERROR_INVALID_VALUE;
+    case Error::invalid_pointer: return CUDALLOC_ERROR_INVALID_DEVICE_POINTER;
+    case Error::out_of_memory: return CUDALLOC_ERROR_MEMORY_ALLOCATION;
+    case Error::no_device: return CUDALLOC_ERROR_NO_DEVICE;
+    case Error::not_supported: return CUDALLOC_ERROR_NOT_SUPPORTED;
+    case Error::device_error:
+    case Error::internal: return CUDALLOC_ERROR_UNKNOWN;
+  }
+  return CUDALLOC_ERROR_UNKNOWN;
+}
+
+// Runs `body` (returning Error) with the last error cleared first and exceptions caught.
+template <typename Body>
+cudalloc_error_t guarded(Body&& body) noexcept {
+  try {
+    clear_last_error();
+    return to_code(body());
+  } catch (const std::bad_alloc&) {
+    return to_code(fail(Error::out_of_memory, "host memory exhausted (allocator metadata)"));
+  } catch (const std::exception& e) {
+    return to_code(fail(Error::internal, "unexpected exception: %s", e.what()));
+  } catch (...) {
+    return to_code(fail(Error::internal, "unexpected exception"));
+  }
+}
+
+StreamHandle handle(cudaStream_t stream) { return reinterpret_cast<StreamHandle>(stream); }
+
+// Runs f(DeviceAllocator&) on `device`, or on every initialised device when it is -1 and
+// `all_when_negative` is set.
+template <typename F>
+Error on_device(int device, bool all_when_negative, F&& f) {
+  Allocator& a = process_allocator();
+  if (device < 0 && all_when_negative) {
+    Error result = Error::ok;
+    a.for_each_device([&](DeviceAllocator& d) {
+      if (Error e = f(d); e != Error::ok) result = e;
+    });
+    return result;
+  }
+  Error err = Error::ok;
+  DeviceAllocator* d = a.device(device, &err);
+  return d == nullptr ? err : f(*d);
+}
+
+}  // namespace
+
+extern "C" {
+
+int cudalloc_version(void) {
+  return CUDALLOC_VERSION_MAJOR * 10000 + CUDALLOC_VERSION_MINOR * 100 + CUDALLOC_VERSION_PATCH;
+}
+
+const char* cudalloc_version_string(void) { return "0.1.0"; }
+
+const char* cudalloc_last_error_string(void) { return last_error_message(); }
+
+const char* cudalloc_error_name(cudalloc_error_t error) {
+  switch (error) {
+    case CUDALLOC_SUCCESS: return "cudaSuccess";
+    case CUDALLOC_ERROR_INVALID_VALUE: return "cudaErrorInvalidValue";
+    case CUDALLOC_ERROR_MEMORY_ALLOCATION: return "cudaErrorMemoryAllocation";
+    case CUDALLOC_ERROR_INITIALIZATION: return "cudaErrorInitializationError";
+    case CUDALLOC_ERROR_INVALID_DEVICE_POINTER: return "cudaErrorInvalidDevicePointer";
+    case CUDALLOC_ERROR_NO_DEVICE: return "cudaErrorNoDevice";
+    case CUDALLOC_ERROR_INVALID_DEVICE: return "cudaErrorInvalidDevice";
+    case CUDALLOC_ERROR_NOT_SUPPORTED: return "cudaErrorNotSupported";
+    case CUDALLOC_ERROR_UNKNOWN: return "cudaErrorUnknown";
+  }
+  return "unknown";
+}
+
+cudalloc_error_t cudalloc_allocate(void** ptr, size_t size, int device, cudaStream_t stream) {
+  if (ptr == nullptr) return to_code(fail(Error::invalid_value, "allocate: ptr is NULL"));
+  *ptr = nullptr;
+  return guarded([&] {
+    return on_device(device, false,
+                     [&](DeviceAllocator& d) { return d.allocate(size, handle(stream), ptr); });
+  });
+}
+
+cudalloc_error_t cudalloc_deallocate(void* ptr, int device) {
+  if (ptr == nullptr) return CUDALLOC_SUCCESS;
+  return guarded([&]() -> Error {
+    Allocator& a = process_allocator();
+    DeviceAllocator* d = nullptr;
+    Error err = Error::ok;
+    if (device >= 0) {
+      d = a.device(device, &err);
+      if (d == nullptr) return err;
+    } else {
+      d = a.owner_of(ptr);
+      if (d == nullptr) {
+        return fail(Error::invalid_pointer,
+                    "free of %p: not a live allocation of cudalloc on any device", ptr);
+      }
+    }
+    return d->deallocate(ptr);
+  });
+}
+
+cudalloc_error_t cudalloc_record_stream(void* ptr, cudaStream_t stream) {
+  return guarded([&]() -> Error {
+    DeviceAllocator* d = process_allocator().owner_of(ptr);
+    if (d == nullptr) {
+      return fail(Error::invalid_pointer, "record_stream of %p: not a live allocation", ptr);
+    }
+    return d->record_stream(ptr, handle(stream));
+  });
+}
+
+cudalloc_error_t cudalloc_empty_cache(int device) {
+  return guarded([&] {
+    return on_device(device, true, [](DeviceAllocator& d) { return d.empty_cache(); });
+  });
+}
+
+cudalloc_error_t cudalloc_set_memory_fraction(double fraction, int device) {
+  return guarded([&] {
+    return on_device(device, false,
+                     [&](DeviceAllocator& d) { return d.set_memory_fraction(fraction); });
+  });
+}
+
+cudalloc_error_t cudalloc_set_memory_limit(size_t bytes, int device) {
+  return guarded([&] {
+    return on_device(device, false,
+                     [&](DeviceAllocator& d) { return d.set_memory_limit(bytes); });
+  });
+}
+
+void* cudalloc_malloc(size_t size, int device, cudaStream_t stream) {
+  void* ptr = nullptr;
+  if (cudalloc_allocate(&ptr, size, device, stream) != CUDALLOC_SUCCESS) {
+    log().error("cudalloc_malloc({}, device {}): {}", size, device, last_error_message());
+  }
+  return ptr;
+}
+
+void cudalloc_free(void* ptr, size_t /*size*/, int device, cudaStream_t /*stream*/) {
+  // The block remembers its allocation stream; PyTorch passes that same stream here.
+  if (cudalloc_deallocate(ptr, device) != CUDALLOC_SUCCESS) {
+    log().error("cudalloc_free({}): {}", ptr, last_error_message());
+  }
+}
+
+void cudalloc_torch_init(int /*device_count*/) {
+  guarded([] {
+    process_allocator();
+    return Error::ok;
+  });
+}
+
+void cudalloc_torch_reset(void) { cudalloc_empty_cache(-1); }
+
+void cudalloc_torch_memory_fraction(double fraction, int device) {
+  if (cudalloc_set_memory_fraction(fraction, device) != CUDALLOC_SUCCESS) {
+    log().error("set_memory_fraction: {}", last_error_message());
+  }
+}
+
+void cudalloc_torch_record_stream(void* ptr, cudaStream_t stream) {
+  if (cudalloc_record_stream(ptr, stream) != CUDALLOC_SUCCESS) {
+    log().error("record_stream: {}", last_error_message());
+  }
+}
+
+int cudalloc_stat_count(void) { return stat_field_count(); }
+
+const char* cudalloc_stat_name(int index) { return stat_field_name(index); }
+
+cudalloc_error_t cudalloc_get_stats(int device, cudalloc_stats_t* out) {
+  if (out == nullptr) return to_code(fail(Error::invalid_value, "get_stats: out is NULL"));
+  return guarded([&] {
+    return on_device(device, false, [&](DeviceAllocator& d) {
+      const Stats stats = d.stats();
+      out->count = 0;
+      out->device = d.ordinal();
+      stats.for_each([&](std::string_view, std::string_view, const Stat& s) {
+        out->values[out->count++] = cudalloc_stat_t{s.current, s.peak, s.total};
+      });
+      return Error::ok;
+    });
+  });
+}
+
+cudalloc_error_t cudalloc_reset_peak_stats(int device) {
+  return guarded([&] {
+    return on_device(device, false, [](DeviceAllocator& d) {
+      d.reset_peak_stats();
+      return Error::ok;
+    });
+  });
+}
+
+int cudalloc_device_count(void) {
+  try {
+    return process_allocator().device_count();
+  } catch (...) {
+    return 0;
+  }
+}
+
+cudalloc_error_t cudalloc_validate(int device) {
+  return guarded([&] {
+    return on_device(device, true, [](DeviceAllocator& d) {
+      const std::string problem = d.validate();
+      if (problem.empty()) return Error::ok;
+      return fail(Error::internal, "device %d: %s", d.ordinal(), problem.c_str());
+    });
+  });
+}
+
+}  // extern "C"
+
+static_assert(stat_field_count() <= CUDALLOC_MAX_STATS, "cudalloc_stats_t is too small");

@@ -1,0 +1,126 @@
+/* cudalloc: a caching allocator for CUDA device memory. C API.
+ *
+ * Every function is thread-safe and never throws. Functions returning cudalloc_error_t use
+ * the numeric values of the CUDA runtime's cudaError_t, so a caller may compare them with
+ * cudaSuccess, cudaErrorMemoryAllocation, ... directly. After a failure,
+ * cudalloc_last_error_string() describes it (per thread).
+ *
+ * Streams: memory allocated on stream S may be used by work on S right away and is reused
+ * after it is freed in the order of S. Work on other streams that uses the memory must either
+ * be ordered before the free by the caller, or be declared with cudalloc_record_stream().
+ *
+ * Configuration comes from the environment variable CUDALLOC_CONF ("key:value,key:value"),
+ * logging from CUDALLOC_LOG (trace|debug|info|warn|error|off), and the device from
+ * CUDALLOC_DEVICE (cuda | fake[:CAPACITY[:DEVICES]]). See README.md for every key.
+ */
+#ifndef CUDALLOC_H
+#define CUDALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
+/* The same type as the CUDA runtime's cudaStream_t; compatible with <cuda_runtime.h>. */
+typedef struct CUstream_st* cudaStream_t;
+
+#define CUDALLOC_VERSION_MAJOR 0
+#define CUDALLOC_VERSION_MINOR 1
+#define CUDALLOC_VERSION_PATCH 0
+
+typedef enum cudalloc_error_t {
+  CUDALLOC_SUCCESS = 0,                   /* cudaSuccess */
+  CUDALLOC_ERROR_INVALID_VALUE = 1,       /* cudaErrorInvalidValue */
+  CUDALLOC_ERROR_MEMORY_ALLOCATION = 2,   /* cudaErrorMemoryAllocation: out of memory */
+  CUDALLOC_ERROR_INITIALIZATION = 3,      /* cudaErrorInitializationError */
+  CUDALLOC_ERROR_INVALID_DEVICE_POINTER = 17, /* cudaErrorInvalidDevicePointer */
+  CUDALLOC_ERROR_NO_DEVICE = 100,         /* cudaErrorNoDevice */
+  CUDALLOC_ERROR_INVALID_DEVICE = 101,    /* cudaErrorInvalidDevice */
+  CUDALLOC_ERROR_NOT_SUPPORTED = 801,     /* cudaErrorNotSupported */
+  CUDALLOC_ERROR_UNKNOWN = 999            /* cudaErrorUnknown */
+} cudalloc_error_t;
+
+/* Version as MAJOR*10000 + MINOR*100 + PATCH; cudalloc_version_string() gives "0.1.0". */
+int cudalloc_version(void);
+const char* cudalloc_version_string(void);
+
+/* Description of the calling thread's last failure ("" if none). Valid until the next call
+ * on this thread. */
+const char* cudalloc_last_error_string(void);
+const char* cudalloc_error_name(cudalloc_error_t error);
+
+/* ---- Allocation ---------------------------------------------------------------------- */
+
+/* Allocates `size` bytes on `device` (-1: the current device) for use on `stream`.
+ * The pointer is aligned to at least 256 bytes. size 0 gives *ptr == NULL and success. */
+cudalloc_error_t cudalloc_allocate(void** ptr, size_t size, int device, cudaStream_t stream);
+/* Frees memory from cudalloc_allocate. NULL is a no-op. A pointer cudalloc did not hand out,
+ * or one already freed, gives CUDALLOC_ERROR_INVALID_DEVICE_POINTER and changes nothing.
+ * `device` may be -1 (cudalloc finds the owner). */
+cudalloc_error_t cudalloc_deallocate(void* ptr, int device);
+/* Marks `ptr` as used by work on `stream`: its memory is reused only after the work queued on
+ * `stream` before its free has finished. */
+cudalloc_error_t cudalloc_record_stream(void* ptr, cudaStream_t stream);
+/* Returns every cached, unused segment of `device` (-1: all devices) to the driver, after
+ * waiting for the work that may still use it. */
+cudalloc_error_t cudalloc_empty_cache(int device);
+/* Caps the memory cudalloc reserves on `device` at fraction * total device memory. */
+cudalloc_error_t cudalloc_set_memory_fraction(double fraction, int device);
+/* Caps the memory cudalloc reserves on `device` at `bytes` (0: no cap). */
+cudalloc_error_t cudalloc_set_memory_limit(size_t bytes, int device);
+
+/* ---- PyTorch CUDAPluggableAllocator entry points (exactly its ABI) -------------------- */
+/* torch.cuda.memory.CUDAPluggableAllocator(path, "cudalloc_malloc", "cudalloc_free").
+ * cudalloc_malloc returns NULL on failure (see cudalloc_last_error_string). */
+void* cudalloc_malloc(size_t size, int device, cudaStream_t stream);
+void cudalloc_free(void* ptr, size_t size, int device, cudaStream_t stream);
+/* Optional hooks: set_init_fn, set_reset_fn, set_memory_fraction_fn, set_record_stream_fn. */
+void cudalloc_torch_init(int device_count);
+void cudalloc_torch_reset(void);
+void cudalloc_torch_memory_fraction(double fraction, int device);
+void cudalloc_torch_record_stream(void* ptr, cudaStream_t stream);
+
+/* ---- Statistics ---------------------------------------------------------------------- */
+/* Every statistic is a counter with the current value, its peak since the last reset, and
+ * the running total of increases. Names and order come from one list (stats_fields.h);
+ * cudalloc_stat_name(i) gives the name of entry i of cudalloc_stats_t.values. */
+typedef struct cudalloc_stat_t {
+  int64_t current;
+  int64_t peak;
+  int64_t total;
+} cudalloc_stat_t;
+
+#define CUDALLOC_MAX_STATS 64
+typedef struct cudalloc_stats_t {
+  int32_t count; /* number of valid entries in values */
+  int32_t device;
+  cudalloc_stat_t values[CUDALLOC_MAX_STATS];
+} cudalloc_stats_t;
+
+int cudalloc_stat_count(void);
+const char* cudalloc_stat_name(int index);
+/* Fills `out` for `device` (-1: the current device). */
+cudalloc_error_t cudalloc_get_stats(int device, cudalloc_stats_t* out);
+/* Resets peaks to current values. */
+cudalloc_error_t cudalloc_reset_peak_stats(int device);
+/* Number of devices cudalloc sees (0 without a driver). */
+int cudalloc_device_count(void);
+/* Checks every internal invariant of `device` (-1: all initialised devices); returns
+ * CUDALLOC_SUCCESS or CUDALLOC_ERROR_UNKNOWN with the first violation in the last error. */
+cudalloc_error_t cudalloc_validate(int device);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUDALLOC_H */

@@ -1,0 +1,182 @@
+#include "api/options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+
+#include "util/units.h"
+
+namespace cudalloc {
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return out;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+bool parse_bool(std::string_view text, bool* value) {
+  const std::string t = lower(text);
+  if (t == "1" || t == "true" || t == "on" || t == "yes") return *value = true, true;
+  if (t == "0" || t == "false" || t == "off" || t == "no") return *value = false, true;
+  return false;
+}
+
+bool parse_double(std::string_view text, double* value) {
+  const std::string t(text);
+  char* end = nullptr;
+  *value = std::strtod(t.c_str(), &end);
+  return !t.empty() && end == t.c_str() + t.size();
+}
+
+// Helpers that make one table row per Settings field, with the field's range check.
+template <std::size_t Settings::*Field, std::size_t Min, std::size_t Max>
+bool set_bytes(Settings& s, std::string_view text, std::string* why) {
+  std::size_t v = 0;
+  if (!parse_bytes(text, &v)) return *why = "expected a size such as 512K, 64M or 8G", false;
+  if (v < Min || v > Max) {
+    return *why = "must be between " + format_bytes(Min) + " and " + format_bytes(Max), false;
+  }
+  s.*Field = v;
+  return true;
+}
+template <std::size_t Settings::*Field>
+std::string get_size(const Settings& s) {
+  return std::to_string(s.*Field);
+}
+
+template <std::size_t Settings::*Field, std::size_t Min, std::size_t Max>
+bool set_count(Settings& s, std::string_view text, std::string* why) {
+  std::size_t v = 0;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (r.ec != std::errc() || r.ptr != text.data() + text.size() || v < Min || v > Max) {
+    return *why = "expected a whole number from " + std::to_string(Min) + " to " +
+                  std::to_string(Max), false;
+  }
+  s.*Field = v;
+  return true;
+}
+
+bool set_fraction(Settings& s, std::string_view text, std::string* why) {
+  double v = 0;
+  if (!parse_double(text, &v) || !(v > 0.0 && v <= 1.0)) {
+    return *why = "expected a number in (0, 1]", false;
+  }
+  s.fraction = v;
+  return true;
+}
+std::string get_fraction(const Settings& s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", s.fraction);
+  return text;
+}
+
+template <bool Settings::*Field>
+bool set_boolean(Settings& s, std::string_view text, std::string* why) {
+  bool v = false;
+  if (!parse_bool(text, &v)) return *why = "expected true/false, on/off or 1/0", false;
+  s.*Field = v;
+  return true;
+}
+template <bool Settings::*Field>
+std::string get_boolean(const Settings& s) {
+  return s.*Field ? "true" : "false";
+}
+
+constexpr std::size_t kNoMax = std::size_t{1} << 60;
+
+}  // namespace
+
+const std::vector<Option>& options() {
+  static const std::vector<Option> table = {
+      {"limit", OptionType::bytes,
+       "Cap on device memory reserved per device (0: no cap). Requests that would pass it are "
+       "served after releasing the cache, or fail as out of memory.",
+       set_bytes<&Settings::limit, 0, kNoMax>, get_size<&Settings::limit>},
+      {"fraction", OptionType::fraction,
+       "Cap on device memory reserved per device, as a fraction of the device's total memory. "
+       "With limit, the smaller cap applies.",
+       set_fraction, get_fraction},
+      {"slab_max", OptionType::bytes,
+       "Largest request served from slabs of size classes; larger requests use best-fit "
+       "blocks.",
+       set_bytes<&Settings::slab_max, 256, 1 << 20>, get_size<&Settings::slab_max>},
+      {"large_segment", OptionType::bytes,
+       "Size of the shared segments that serve block-pool requests up to half of it; larger "
+       "requests get a segment of their own, rounded up to 2 MiB.",
+       set_bytes<&Settings::large_segment, 2 << 20, kNoMax>,
+       get_size<&Settings::large_segment>},
+      {"slab_keep", OptionType::count,
+       "Empty slabs kept per size class and stream before one is returned to the block pool.",
+       set_count<&Settings::slab_keep, 0, 1024>, get_size<&Settings::slab_keep>},
+      {"validate", OptionType::boolean,
+       "Check every internal invariant after every operation and log violations (slow; for "
+       "debugging).",
+       set_boolean<&Settings::validate>, get_boolean<&Settings::validate>},
+  };
+  return table;
+}
+
+const char* option_type_name(OptionType type) {
+  switch (type) {
+    case OptionType::bytes: return "bytes";
+    case OptionType::fraction: return "fraction";
+    case OptionType::count: return "count";
+    case OptionType::boolean: return "boolean";
+  }
+  return "?";
+}
+
+std::vector<std::string> parse_conf(std::string_view conf, Settings* settings) {
+  std::vector<std::string> warnings;
+  while (!conf.empty()) {
+    const auto comma = conf.find(',');
+    const std::string_view item = trim(conf.substr(0, comma));
+    conf = comma == std::string_view::npos ? std::string_view{} : conf.substr(comma + 1);
+    if (item.empty()) continue;
+    const auto colon = item.find(':');
+    if (colon == std::string_view::npos) {
+      warnings.push_back("CUDALLOC_CONF: '" + std::string(item) +
+                         "' is not key:value; ignored");
+      continue;
+    }
+    const std::string key = lower(trim(item.substr(0, colon)));
+    const std::string_view value = trim(item.substr(colon + 1));
+    const auto& table = options();
+    auto it = std::find_if(table.begin(), table.end(),
+                           [&](const Option& o) { return key == o.key; });
+    if (it == table.end()) {
+      std::string known;
+      for (const Option& o : table) known += (known.empty() ? "" : ", ") + std::string(o.key);
+      warnings.push_back("CUDALLOC_CONF: unknown key '" + key + "' ignored (known keys: " +
+                         known + ")");
+      continue;
+    }
+    std::string why;
+    if (!it->set(*settings, value, &why)) {
+      warnings.push_back("CUDALLOC_CONF: bad value '" + std::string(value) + "' for key '" +
+                         key + "': " + why + "; keeping " + it->get(*settings));
+    }
+  }
+  return warnings;
+}
+
+std::string options_markdown() {
+  const Settings defaults;
+  std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const Option& o : options()) {
+    out += "| `" + std::string(o.key) + "` | " + option_type_name(o.type) + " | `" +
+           o.get(defaults) + "` | " + o.help + " |\n";
+  }
+  return out;
+}
+
+}  // namespace cudalloc

@@ -1,0 +1,37 @@
+// The options table: the single description of every CUDALLOC_CONF key. It drives parsing,
+// the generated configuration reference (`cudalloc options --markdown`) and the settings
+// recorded in snapshots.
+//
+// CUDALLOC_CONF is "key:value,key:value". Keys are case-insensitive. An unknown key or a bad
+// value produces a warning naming the key, and the default (or the last good value) is kept.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/settings.h"
+
+namespace cudalloc {
+
+enum class OptionType { bytes, fraction, count, boolean };
+
+struct Option {
+  const char* key;
+  OptionType type;
+  const char* help;
+  // Returns false (and says why in *why) if `text` is not a valid value; else stores it.
+  bool (*set)(Settings& settings, std::string_view text, std::string* why);
+  std::string (*get)(const Settings& settings);
+};
+
+const std::vector<Option>& options();
+const char* option_type_name(OptionType type);
+
+// Applies `conf` to *settings; returns one warning per problem (already phrased for users).
+std::vector<std::string> parse_conf(std::string_view conf, Settings* settings);
+
+// The reference table in Markdown: key, type, default, meaning.
+std::string options_markdown();
+
+}  // namespace cudalloc

@@ -1,0 +1,46 @@
+// Allocator: one DeviceAllocator per device, created on first use of that device.
+//
+// Lookups of an existing device are a single atomic load: devices never share a lock, and the
+// creation lock is taken only the first time a device is used.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+
+#include "core/device_allocator.h"
+
+namespace cudalloc {
+
+class Allocator {
+ public:
+  static constexpr int kMaxDevices = 64;
+
+  Allocator(device::Device& device, const Settings& settings);
+  ~Allocator();
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // The allocator of device `dev` (-1: the calling thread's current device), or nullptr
+  // with the reason in *err.
+  DeviceAllocator* device(int dev, Error* err);
+  // The initialised device that has `ptr` live, or nullptr.
+  DeviceAllocator* owner_of(const void* ptr);
+  // Calls f(DeviceAllocator&) for every initialised device.
+  template <typename F>
+  void for_each_device(F&& f) {
+    for (auto& slot : devices_) {
+      if (DeviceAllocator* d = slot.load(std::memory_order_acquire)) f(*d);
+    }
+  }
+  int device_count();
+  const Settings& settings() const { return settings_; }
+  device::Device& backend() { return device_; }
+
+ private:
+  device::Device& device_;
+  const Settings settings_;
+  std::atomic<DeviceAllocator*> devices_[kMaxDevices] = {};
+  std::mutex create_mutex_;
+};
+
+}  // namespace cudalloc

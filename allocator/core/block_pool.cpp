@@ -1,0 +1,213 @@
+// The block pool: requests above slab_max (and the slabs themselves) are best-fit blocks of
+// segments, split on allocation and coalesced with free neighbours on free.
+//
+// Search order for a request on stream T:
+//   1. the best-fitting free block of T's pool (no synchronization needed);
+//   2. a wholly free segment of another stream's pool, moved to T after an event recorded on
+//      its stream now has completed or T has been made to wait on it;
+//   3. a new segment from the device, within the reserve cap.
+#include <algorithm>
+
+#include "core/device_allocator.h"
+#include "core/log.h"
+#include "util/units.h"
+
+namespace cudalloc {
+namespace {
+
+constexpr std::size_t kSmallSegment = 2 * MiB;
+
+}  // namespace
+
+Error DeviceAllocator::allocate_large(StreamPool& pool, std::size_t size, Block** out) {
+  const std::size_t rounded = round_up(size, kBlockRound);
+  Block* block = take_free_block(pool, rounded);
+  if (block == nullptr) block = steal_segment(pool, rounded);
+  if (block == nullptr) {
+    const Error err = new_segment(pool, rounded, &block);
+    if (err != Error::ok) return err;
+  }
+  split(pool, block, rounded);
+  block->state = Block::State::allocated;
+  *out = block;
+  return Error::ok;
+}
+
+void DeviceAllocator::insert_free(StreamPool& pool, Block* block) {
+  pool.free_blocks.insert(block);
+  stats_.cached_count.count();
+}
+
+void DeviceAllocator::erase_free(StreamPool& pool, Block* block) {
+  pool.free_blocks.erase(block);
+  stats_.cached_count.decrease(1);
+}
+
+Block* DeviceAllocator::take_free_block(StreamPool& pool, std::size_t size) {
+  Block key;
+  key.size = size;
+  auto it = pool.free_blocks.lower_bound(&key);
+  if (it == pool.free_blocks.end()) return nullptr;
+  Block* block = *it;
+  erase_free(pool, block);
+  return block;
+}
+
+Block* DeviceAllocator::steal_segment(StreamPool& pool, std::size_t size) {
+  Segment* best = nullptr;
+  for (auto& [stream, other] : pools_) {
+    if (other.get() == &pool) continue;
+    for (Segment* seg : other->segments) {
+      if (seg->size >= size && seg->wholly_free() && (best == nullptr || seg->size < best->size)) {
+        best = seg;
+      }
+    }
+  }
+  if (best == nullptr) return nullptr;
+  order_after_stream(best->pool->stream, pool.stream);
+  StreamPool& donor = *best->pool;
+  erase_free(donor, best->first);
+  donor.segments.erase(std::find(donor.segments.begin(), donor.segments.end(), best));
+  best->pool = &pool;
+  pool.segments.push_back(best);
+  stats_.stream_steals.count();
+  return best->first;
+}
+
+void DeviceAllocator::order_after_stream(StreamHandle earlier, StreamHandle later) {
+  // The event is recorded now, after all work queued on `earlier` so far, which includes
+  // every use of memory freed on it (frees happen after their uses are queued).
+  EventHandle event = 0;
+  if (take_event(&event) == Error::ok) {
+    const auto recorded = device_.event_record(ordinal_, event, earlier);
+    if (recorded == device::Status::ok) {
+      const auto done = device_.event_query(event);
+      const bool ordered =
+          done == device::Status::ok ||
+          (done == device::Status::not_ready &&
+           device_.stream_wait_event(ordinal_, later, event) == device::Status::ok);
+      give_event(event);
+      if (ordered) return;
+    } else {
+      give_event(event);
+    }
+  }
+  // Without a usable event (a destroyed stream, a device error) wait for the whole device.
+  log().debug("device {}: ordering streams through a device synchronization", ordinal_);
+  device_.synchronize(ordinal_);
+}
+
+std::size_t DeviceAllocator::segment_size_for(std::size_t size) const {
+  if (size <= kSmallSegment) return kSmallSegment;
+  if (size <= settings_.large_segment / 2) return round_up(settings_.large_segment, kSmallSegment);
+  return round_up(size, kSmallSegment);
+}
+
+Error DeviceAllocator::new_segment(StreamPool& pool, std::size_t size, Block** out) {
+  const std::size_t cap = reserve_cap();
+  const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.current);
+  std::size_t bytes = segment_size_for(size);
+  const std::size_t minimum = round_up(size, kSmallSegment);
+  // A shared segment is a convenience: fall back to the minimum when it does not fit.
+  if (cap != 0 && reserved + bytes > cap) bytes = minimum;
+  if (cap != 0 && reserved + bytes > cap) return Error::out_of_memory;
+  void* ptr = nullptr;
+  auto status = device_.malloc(ordinal_, bytes, &ptr);
+  if (status == device::Status::out_of_memory && bytes > minimum) {
+    bytes = minimum;
+    status = device_.malloc(ordinal_, bytes, &ptr);
+  }
+  if (status == device::Status::out_of_memory) return Error::out_of_memory;
+  if (status != device::Status::ok) {
+    return fail(Error::device_error, "device %d: allocating a segment of %zu bytes failed: %s",
+                ordinal_, bytes, device::status_name(status));
+  }
+  auto* seg = new Segment;
+  seg->base = reinterpret_cast<std::uintptr_t>(ptr);
+  seg->size = bytes;
+  seg->pool = &pool;
+  seg->first = new Block;
+  seg->first->addr = seg->base;
+  seg->first->size = bytes;
+  seg->first->segment = seg;
+  pool.segments.push_back(seg);
+  stats_.reserved_bytes.increase(static_cast<std::int64_t>(bytes));
+  stats_.reserved_count.count();
+  stats_.cached_bytes.increase(static_cast<std::int64_t>(bytes));
+  stats_.device_allocs.count();
+  *out = seg->first;
+  return Error::ok;
+}
+
+void DeviceAllocator::split(StreamPool& pool, Block* block, std::size_t size) {
+  if (block->size - size < kBlockRound) return;
+  auto* rest = new Block;
+  rest->addr = block->addr + size;
+  rest->size = block->size - size;
+  rest->segment = block->segment;
+  rest->prev = block;
+  rest->next = block->next;
+  if (block->next != nullptr) block->next->prev = rest;
+  block->next = rest;
+  block->size = size;
+  insert_free(pool, rest);
+}
+
+void DeviceAllocator::free_block(Block* block) {
+  StreamPool& pool = *block->segment->pool;
+  block->state = Block::State::free;
+  block->requested = 0;
+  if (Block* prev = block->prev; prev != nullptr && prev->state == Block::State::free) {
+    erase_free(pool, prev);
+    prev->size += block->size;
+    prev->next = block->next;
+    if (block->next != nullptr) block->next->prev = prev;
+    delete block;
+    block = prev;
+  }
+  if (Block* next = block->next; next != nullptr && next->state == Block::State::free) {
+    erase_free(pool, next);
+    block->size += next->size;
+    block->next = next->next;
+    if (next->next != nullptr) next->next->prev = block;
+    delete next;
+  }
+  insert_free(pool, block);
+}
+
+std::size_t DeviceAllocator::release_free_segments() {
+  bool any = false;
+  for (auto& [stream, pool] : pools_) {
+    for (Segment* seg : pool->segments) any = any || seg->wholly_free();
+  }
+  if (!any) return 0;
+  // Work queued before the frees may still use the memory: wait for all of it.
+  if (device_.synchronize(ordinal_) != device::Status::ok) {
+    log().warn("device {}: synchronize failed; cached segments are kept", ordinal_);
+    return 0;
+  }
+  std::size_t released = 0;
+  for (auto& [stream, pool] : pools_) {
+    auto& segs = pool->segments;
+    for (auto it = segs.begin(); it != segs.end();) {
+      Segment* seg = *it;
+      if (!seg->wholly_free() ||
+          device_.free(ordinal_, reinterpret_cast<void*>(seg->base)) != device::Status::ok) {
+        ++it;
+        continue;
+      }
+      erase_free(*pool, seg->first);
+      stats_.reserved_bytes.decrease(static_cast<std::int64_t>(seg->size));
+      stats_.reserved_count.decrease(1);
+      stats_.cached_bytes.decrease(static_cast<std::int64_t>(seg->size));
+      stats_.device_frees.count();
+      released += seg->size;
+      delete seg->first;
+      delete seg;
+      it = segs.erase(it);
+    }
+  }
+  return released;
+}
+
+}  // namespace cudalloc

@@ -1,0 +1,272 @@
+#include "core/device_allocator.h"
+
+#include <mutex>
+
+#include "core/log.h"
+#include "util/units.h"
+
+namespace cudalloc {
+
+DeviceAllocator::DeviceAllocator(device::Device& device, int ordinal, const Settings& settings)
+    : device_(device), ordinal_(ordinal), settings_(settings), classes_(settings.slab_max) {
+  std::size_t free_bytes = 0;
+  if (device_.mem_info(ordinal_, &free_bytes, &device_total_) != device::Status::ok) {
+    device_total_ = 0;
+  }
+}
+
+DeviceAllocator::~DeviceAllocator() {
+  // Only test code destroys allocators; the process-wide ones live until exit. Device memory
+  // still in use by callers is returned with the segments: callers must not outlive us.
+  std::lock_guard lock(lock_);
+  for (auto& [stream, pool] : pools_) {
+    for (Segment* seg : pool->segments) {
+      for (Block* b = seg->first; b != nullptr;) {
+        Block* next = b->next;
+        delete b->slab;
+        delete b;
+        b = next;
+      }
+      device_.free(ordinal_, reinterpret_cast<void*>(seg->base));
+      delete seg;
+    }
+  }
+  for (EventHandle e : idle_events_) device_.event_destroy(e);
+  for (PendingFree& p : pending_) {
+    for (EventHandle e : p.events) device_.event_destroy(e);
+  }
+}
+
+StreamPool& DeviceAllocator::pool_for(StreamHandle stream) {
+  if (last_pool_ != nullptr && last_pool_->stream == stream) return *last_pool_;
+  auto& slot = pools_[stream];
+  if (!slot) {
+    slot = std::make_unique<StreamPool>();
+    slot->stream = stream;
+    slot->classes.resize(static_cast<std::size_t>(classes_.count()));
+  }
+  last_pool_ = slot.get();
+  return *slot;
+}
+
+Error DeviceAllocator::allocate(std::size_t size, StreamHandle stream, void** ptr) {
+  *ptr = nullptr;
+  if (size == 0) return Error::ok;
+  std::lock_guard lock(lock_);
+  if (size > kMaxRequest || (device_total_ != 0 && size > device_total_)) {
+    stats_.ooms.count();
+    return fail(Error::out_of_memory,
+                "cannot allocate %zu bytes on device %d: larger than the device (%zu bytes)",
+                size, ordinal_, device_total_);
+  }
+  if (!pending_.empty()) process_pending(false);
+  std::uintptr_t addr = 0;
+  std::uintptr_t owner = 0;
+  const auto device_allocs_before = stats_.device_allocs.total;
+  Error err = allocate_locked(size, stream, &addr, &owner);
+  if (err != Error::ok) return err;
+  if (stats_.device_allocs.total == device_allocs_before) stats_.cache_hits.count();
+  record_allocation(addr, owner, size);
+  *ptr = reinterpret_cast<void*>(addr);
+  if (settings_.validate) check_after_operation("allocate");
+  return Error::ok;
+}
+
+Error DeviceAllocator::try_allocate(StreamPool& pool, std::size_t size, std::uintptr_t* addr,
+                                    std::uintptr_t* owner) {
+  if (size <= classes_.slab_max()) {
+    Slab* slab = nullptr;
+    const Error err = allocate_small(pool, size, addr, &slab);
+    *owner = reinterpret_cast<std::uintptr_t>(slab) | kSlabTag;
+    return err;
+  }
+  Block* block = nullptr;
+  const Error err = allocate_large(pool, size, &block);
+  if (err == Error::ok) {
+    *addr = block->addr;
+    *owner = reinterpret_cast<std::uintptr_t>(block);
+  }
+  return err;
+}
+
+Error DeviceAllocator::allocate_locked(std::size_t size, StreamHandle stream,
+                                       std::uintptr_t* addr, std::uintptr_t* owner) {
+  StreamPool& pool = pool_for(stream);
+  Error err = try_allocate(pool, size, addr, owner);
+  if (err != Error::out_of_memory) return err;
+  // OOM path: return every unused segment, then try once more.
+  release_cached_memory();
+  err = try_allocate(pool, size, addr, owner);
+  if (err == Error::ok) stats_.alloc_retries.count();
+  if (err == Error::out_of_memory) return out_of_memory(size, pool.stream);
+  return err;
+}
+
+Error DeviceAllocator::out_of_memory(std::size_t size, StreamHandle stream) {
+  stats_.ooms.count();
+  const std::size_t cap = reserve_cap();
+  std::size_t free_bytes = 0;
+  std::size_t total = 0;
+  device_.mem_info(ordinal_, &free_bytes, &total);
+  fail(Error::out_of_memory,
+       "out of memory: cannot allocate %s on device %d (stream %#zx): %s allocated, %s reserved "
+       "(%s of it cached and free in pieces too small), cap %s, device free %s of %s",
+       format_bytes(size).c_str(), ordinal_, static_cast<std::size_t>(stream),
+       format_bytes(static_cast<std::size_t>(stats_.allocated_bytes.current)).c_str(),
+       format_bytes(static_cast<std::size_t>(stats_.reserved_bytes.current)).c_str(),
+       format_bytes(static_cast<std::size_t>(stats_.cached_bytes.current)).c_str(),
+       cap == 0 ? "none" : format_bytes(cap).c_str(), format_bytes(free_bytes).c_str(),
+       format_bytes(total).c_str());
+  log().warn("{}", last_error_message());
+  return Error::out_of_memory;
+}
+
+void DeviceAllocator::record_allocation(std::uintptr_t addr, std::uintptr_t owner,
+                                        std::size_t requested) {
+  live_.insert(LiveEntry{addr, owner, requested});
+  const auto rounded = static_cast<std::int64_t>(
+      (owner & kSlabTag) ? reinterpret_cast<Slab*>(owner & ~kTagMask)->object_size
+                         : reinterpret_cast<Block*>(owner)->size);
+  stats_.allocated_bytes.increase(rounded);
+  stats_.allocated_count.count();
+  stats_.requested_bytes.increase(static_cast<std::int64_t>(requested));
+  stats_.active_bytes.increase(rounded);
+  stats_.active_count.count();
+  stats_.cached_bytes.decrease(rounded);
+}
+
+Error DeviceAllocator::deallocate(void* ptr) {
+  if (ptr == nullptr) return Error::ok;
+  std::lock_guard lock(lock_);
+  const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+  LiveEntry* entry = live_.find(addr);
+  if (entry == nullptr) {
+    return fail(Error::invalid_pointer,
+                "free of %p on device %d: not an allocation of cudalloc that is still live "
+                "(double free, foreign or interior pointer)", ptr, ordinal_);
+  }
+  const LiveEntry e = *entry;
+  live_.erase(entry);
+  const bool small = e.owner & kSlabTag;
+  const std::size_t rounded = small ? reinterpret_cast<Slab*>(e.owner & ~kTagMask)->object_size
+                                    : reinterpret_cast<Block*>(e.owner & ~kTagMask)->size;
+  stats_.allocated_bytes.decrease(static_cast<std::int64_t>(rounded));
+  stats_.allocated_count.decrease(1);
+  stats_.requested_bytes.decrease(static_cast<std::int64_t>(e.requested));
+  Error err = Error::ok;
+  if (e.owner & kHasStreamUses) {
+    auto uses = stream_uses_.extract(addr);
+    const StreamHandle alloc_stream =
+        small ? reinterpret_cast<Slab*>(e.owner & ~kTagMask)->pool->stream
+              : reinterpret_cast<Block*>(e.owner & ~kTagMask)->segment->pool->stream;
+    err = defer_free(e, alloc_stream, uses.mapped());
+  } else {
+    complete_free(e.owner, addr, e.requested);
+  }
+  if (settings_.validate) check_after_operation("free");
+  return err;
+}
+
+void DeviceAllocator::complete_free(std::uintptr_t owner, std::uintptr_t addr,
+                                    std::size_t /*requested*/) {
+  std::size_t rounded = 0;
+  if (owner & kSlabTag) {
+    Slab* slab = reinterpret_cast<Slab*>(owner & ~kTagMask);
+    rounded = slab->object_size;
+    free_small(slab, addr);
+  } else {
+    Block* block = reinterpret_cast<Block*>(owner & ~kTagMask);
+    rounded = block->size;
+    free_block(block);
+  }
+  stats_.active_bytes.decrease(static_cast<std::int64_t>(rounded));
+  stats_.active_count.decrease(1);
+  stats_.cached_bytes.increase(static_cast<std::int64_t>(rounded));
+}
+
+Error DeviceAllocator::record_stream(void* ptr, StreamHandle stream) {
+  std::lock_guard lock(lock_);
+  LiveEntry* entry = live_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (entry == nullptr) {
+    return fail(Error::invalid_pointer,
+                "record_stream of %p on device %d: not a live allocation of cudalloc", ptr,
+                ordinal_);
+  }
+  const bool small = entry->owner & kSlabTag;
+  const StreamHandle alloc_stream =
+      small ? reinterpret_cast<Slab*>(entry->owner & ~kTagMask)->pool->stream
+            : reinterpret_cast<Block*>(entry->owner & ~kTagMask)->segment->pool->stream;
+  if (stream == alloc_stream) return Error::ok;  // stream order already covers it
+  auto& uses = stream_uses_[entry->key];
+  for (StreamHandle s : uses) {
+    if (s == stream) return Error::ok;
+  }
+  uses.push_back(stream);
+  entry->owner |= kHasStreamUses;
+  return Error::ok;
+}
+
+Error DeviceAllocator::empty_cache() {
+  std::lock_guard lock(lock_);
+  release_cached_memory();
+  if (settings_.validate) check_after_operation("empty_cache");
+  return Error::ok;
+}
+
+Error DeviceAllocator::set_memory_fraction(double fraction) {
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    return fail(Error::invalid_value, "memory fraction %g is not in (0, 1]", fraction);
+  }
+  std::lock_guard lock(lock_);
+  settings_.fraction = fraction;
+  return Error::ok;
+}
+
+Error DeviceAllocator::set_memory_limit(std::size_t bytes) {
+  std::lock_guard lock(lock_);
+  settings_.limit = bytes;
+  return Error::ok;
+}
+
+std::size_t DeviceAllocator::reserve_cap() const {
+  std::size_t cap = settings_.limit;
+  if (settings_.fraction < 1.0 && device_total_ != 0) {
+    const auto by_fraction =
+        static_cast<std::size_t>(settings_.fraction * static_cast<double>(device_total_));
+    if (cap == 0 || by_fraction < cap) cap = by_fraction;
+  }
+  return cap;
+}
+
+Stats DeviceAllocator::stats() const {
+  std::lock_guard lock(lock_);
+  return stats_;
+}
+
+void DeviceAllocator::reset_peak_stats() {
+  std::lock_guard lock(lock_);
+  stats_.for_each_mutable([](std::string_view, Stat& s) { s.reset_peak(); });
+}
+
+bool DeviceAllocator::owns(const void* ptr) const {
+  std::lock_guard lock(lock_);
+  return const_cast<LiveMap&>(live_).find(reinterpret_cast<std::uintptr_t>(ptr)) != nullptr;
+}
+
+void DeviceAllocator::release_cached_memory() {
+  process_pending(true);
+  release_empty_slabs();
+  release_free_segments();
+}
+
+void DeviceAllocator::check_after_operation(const char* operation) {
+  const std::string problem = validate_locked();
+  if (!problem.empty()) log().error("invariant broken after {}: {}", operation, problem);
+}
+
+std::string DeviceAllocator::validate() const {
+  std::lock_guard lock(lock_);
+  return validate_locked();
+}
+
+}  // namespace cudalloc

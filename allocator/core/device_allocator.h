@@ -1,0 +1,130 @@
+// DeviceAllocator: the caching allocator of one device.
+//
+// Requests up to settings.slab_max come from slabs (one size class per slab); larger ones
+// from best-fit blocks that split and coalesce within segments. Both are kept per stream:
+//
+// Stream-ordering contract. Memory allocated on stream S is handed out for work on S. When
+// it is freed, it becomes reusable at once for S (later work on S runs after earlier work on
+// S). It is handed to another stream T only (a) through a wholly free segment moved from S's
+// pool to T's, after an event recorded on S at that moment has completed or T has been made
+// to wait for it, or (b) after a synchronization of the whole device (OOM path, empty_cache).
+// Streams named by record_stream() get an event each at free time; the memory is reused only
+// when all of them have completed.
+//
+// Thread safety: every public method takes this device's lock; devices never share a lock.
+// Errors are returned, never thrown, except std::bad_alloc from host metadata, which the
+// C API turns into an error code.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/errors.h"
+#include "core/live_map.h"
+#include "core/pool_types.h"
+#include "core/settings.h"
+#include "core/size_classes.h"
+#include "core/spin_lock.h"
+#include "core/stats.h"
+#include "device/device.h"
+
+namespace cudalloc {
+
+class DeviceAllocator {
+ public:
+  // The largest request accepted; anything above fails with invalid_value up front.
+  static constexpr std::size_t kMaxRequest = std::size_t{1} << 50;
+  static constexpr std::size_t kBlockRound = 512;
+
+  DeviceAllocator(device::Device& device, int ordinal, const Settings& settings);
+  ~DeviceAllocator();
+  DeviceAllocator(const DeviceAllocator&) = delete;
+  DeviceAllocator& operator=(const DeviceAllocator&) = delete;
+
+  int ordinal() const { return ordinal_; }
+
+  // size 0 gives *ptr = nullptr and ok.
+  Error allocate(std::size_t size, StreamHandle stream, void** ptr);
+  Error deallocate(void* ptr);
+  Error record_stream(void* ptr, StreamHandle stream);
+  // Returns all cached memory that holds no allocation to the driver.
+  Error empty_cache();
+  Error set_memory_fraction(double fraction);
+  Error set_memory_limit(std::size_t bytes);
+  // The effective cap on reserved bytes (limit and fraction combined; 0 = none).
+  std::size_t reserve_cap() const;
+
+  Stats stats() const;
+  void reset_peak_stats();
+  bool owns(const void* ptr) const;
+  // Empty if every invariant holds, else a description of the first violation.
+  std::string validate() const;
+
+ private:
+  // LiveEntry::owner tagging: Block* (large) or Slab* | kSlabTag.
+  static constexpr std::uintptr_t kSlabTag = 1;
+  static constexpr std::uintptr_t kHasStreamUses = 2;
+  static constexpr std::uintptr_t kTagMask = 3;
+
+  StreamPool& pool_for(StreamHandle stream);
+
+  // slab_pool.cpp
+  Error allocate_small(StreamPool& pool, std::size_t size, std::uintptr_t* addr, Slab** slab);
+  Slab* new_slab(StreamPool& pool, int cls);
+  void free_small(Slab* slab, std::uintptr_t addr);
+  void release_slab(Slab* slab);
+  void release_empty_slabs();
+
+  // block_pool.cpp
+  Error allocate_large(StreamPool& pool, std::size_t size, Block** out);
+  Block* take_free_block(StreamPool& pool, std::size_t size);
+  Block* steal_segment(StreamPool& pool, std::size_t size);
+  Error new_segment(StreamPool& pool, std::size_t size, Block** out);
+  void order_after_stream(StreamHandle earlier, StreamHandle later);
+  void insert_free(StreamPool& pool, Block* block);
+  void erase_free(StreamPool& pool, Block* block);
+  std::size_t segment_size_for(std::size_t size) const;
+  void split(StreamPool& pool, Block* block, std::size_t size);
+  void free_block(Block* block);
+  std::size_t release_free_segments();
+
+  // pending.cpp
+  void process_pending(bool wait);
+  Error defer_free(const LiveEntry& entry, StreamHandle alloc_stream,
+                   const std::vector<StreamHandle>& uses);
+  void complete_free(std::uintptr_t owner, std::uintptr_t addr, std::size_t requested);
+  Error take_event(EventHandle* event);
+  void give_event(EventHandle event);
+
+  // device_allocator.cpp
+  Error try_allocate(StreamPool& pool, std::size_t size, std::uintptr_t* addr,
+                     std::uintptr_t* owner);
+  Error allocate_locked(std::size_t size, StreamHandle stream, std::uintptr_t* addr,
+                        std::uintptr_t* owner);
+  void record_allocation(std::uintptr_t addr, std::uintptr_t owner, std::size_t requested);
+  Error out_of_memory(std::size_t size, StreamHandle stream);
+  // Waits for pending frees, returns empty slabs to the block pool and every wholly free
+  // segment to the driver.
+  void release_cached_memory();
+  void check_after_operation(const char* operation);
+  std::string validate_locked() const;
+
+  device::Device& device_;
+  const int ordinal_;
+  Settings settings_;
+  SizeClasses classes_;
+  std::size_t device_total_ = 0;
+
+  mutable SpinLock lock_;
+  std::unordered_map<StreamHandle, std::unique_ptr<StreamPool>> pools_;
+  StreamPool* last_pool_ = nullptr;  // the most recently used pool: the common case
+  LiveMap live_;
+  std::unordered_map<std::uintptr_t, std::vector<StreamHandle>> stream_uses_;
+  std::vector<PendingFree> pending_;
+  std::vector<EventHandle> idle_events_;
+  Stats stats_;
+};
+
+}  // namespace cudalloc

@@ -1,0 +1,37 @@
+#include "core/errors.h"
+
+#include <cstdarg>
+#include <cstdio>
+
+namespace cudalloc {
+namespace {
+thread_local char t_message[512];
+}  // namespace
+
+const char* error_name(Error e) {
+  switch (e) {
+    case Error::ok: return "ok";
+    case Error::invalid_value: return "invalid value";
+    case Error::invalid_pointer: return "invalid pointer";
+    case Error::out_of_memory: return "out of memory";
+    case Error::no_device: return "no device";
+    case Error::not_supported: return "not supported";
+    case Error::device_error: return "device error";
+    case Error::internal: return "internal error";
+  }
+  return "unknown";
+}
+
+Error fail(Error e, const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(t_message, sizeof t_message, format, args);
+  va_end(args);
+  return e;
+}
+
+void clear_last_error() { t_message[0] = '\0'; }
+
+const char* last_error_message() { return t_message; }
+
+}  // namespace cudalloc

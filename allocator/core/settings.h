@@ -1,0 +1,27 @@
+// Settings: the policy knobs of the allocator. Filled from CUDALLOC_CONF by the options table
+// (api/options.cpp), which also documents every field; defaults live here only.
+#pragma once
+
+#include <cstddef>
+
+#include "util/units.h"
+
+namespace cudalloc {
+
+struct Settings {
+  // Cap on reserved device memory per device, in bytes; 0 means no cap.
+  std::size_t limit = 0;
+  // Cap on reserved device memory per device as a fraction of its total memory; 1 = whole.
+  double fraction = 1.0;
+  // Largest request served from slabs; larger ones come from the block pool.
+  std::size_t slab_max = 256 * KiB;
+  // Segment size for block-pool requests up to half of it; larger requests get a segment of
+  // their own, rounded to 2 MiB.
+  std::size_t large_segment = 20 * MiB;
+  // Empty slabs kept per size class and stream before they are returned to the block pool.
+  std::size_t slab_keep = 1;
+  // Run the invariant checker after every operation (slow; for debugging).
+  bool validate = false;
+};
+
+}  // namespace cudalloc

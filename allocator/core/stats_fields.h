@@ -1,0 +1,39 @@
+// The one list of cudalloc's statistics. Each X(name, help) becomes a field of Stats, an entry
+// of the C API's cudalloc_stats_t (in this order), a key of the snapshot's stats and a row of
+// the CLI and Python summaries. Append only: the position is the C API's index.
+//
+// Gauges (current goes up and down; total counts increases):
+//   allocated  memory handed to callers and not yet freed (rounded block sizes)
+//   requested  the sizes callers asked for, of the same allocations
+//   active     allocated plus freed-but-pending (waiting for other streams' events)
+//   reserved   device memory held from the driver (segments)
+//   cached     reserved memory that holds no active allocation
+//   slab       reserved memory carved into slabs for small sizes
+// Event counters (current == total, peak unused):
+//   cache_hits     allocations served without a device allocation
+//   device_allocs  / device_frees  segments obtained from / returned to the driver
+//   ooms           allocations that failed for lack of memory
+//   alloc_retries  allocations that needed the cache to be released to succeed
+//   stream_steals  free segments moved from one stream's pool to another's
+//   pending_frees  frees that had to wait for events (record_stream)
+#pragma once
+
+#define CUDALLOC_STAT_FIELDS(X)                                                        \
+  X(allocated_bytes, "bytes handed to callers, rounded to block size")                 \
+  X(allocated_count, "allocations handed to callers")                                  \
+  X(requested_bytes, "bytes callers asked for")                                        \
+  X(active_bytes, "allocated bytes plus freed bytes waiting for stream events")        \
+  X(active_count, "allocations plus frees waiting for stream events")                  \
+  X(reserved_bytes, "device memory held from the driver")                              \
+  X(reserved_count, "segments held from the driver")                                   \
+  X(cached_bytes, "reserved bytes holding no active allocation")                       \
+  X(cached_count, "free blocks in the large pool")                                     \
+  X(slab_bytes, "reserved bytes carved into slabs for small sizes")                    \
+  X(slab_count, "slabs")                                                               \
+  X(cache_hits, "allocations served without a device allocation")                      \
+  X(device_allocs, "segments obtained from the driver")                                \
+  X(device_frees, "segments returned to the driver")                                   \
+  X(ooms, "allocations that failed for lack of memory")                                \
+  X(alloc_retries, "allocations that succeeded only after releasing the cache")        \
+  X(stream_steals, "free segments moved from one stream to another")                   \
+  X(pending_frees, "frees that waited for events of other streams")

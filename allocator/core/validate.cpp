@@ -1,0 +1,159 @@
+// The invariant checker: walks every structure of one device and compares it with the stats.
+// Tests run it after every operation; CUDALLOC_CONF=validate:1 runs it in any program.
+#include <sstream>
+#include <unordered_map>
+#include <vector>
+
+#include "core/device_allocator.h"
+
+namespace cudalloc {
+namespace {
+
+struct Totals {
+  std::int64_t reserved = 0, segments = 0, free_blocks = 0, slab_bytes = 0, slabs = 0;
+  std::int64_t allocated = 0, allocations = 0, requested = 0, pending_bytes = 0, pending = 0;
+};
+
+class Checker {
+ public:
+  bool ok() const { return problem_.str().empty(); }
+  std::string problem() const { return problem_.str(); }
+  template <typename... Args>
+  bool expect(bool condition, const Args&... what) {
+    if (!condition && ok()) (problem_ << ... << what);
+    return condition;
+  }
+
+ private:
+  std::ostringstream problem_;
+};
+
+void check_slab(Checker& c, const Slab* slab, const StreamPool& pool) {
+  c.expect(slab->pool == &pool, "slab at ", slab->base(), " is in the wrong pool");
+  c.expect(slab->used + slab->free_slots.size() == slab->capacity, "slab at ", slab->base(),
+           ": used ", slab->used, " + free ", slab->free_slots.size(), " != capacity ",
+           slab->capacity);
+  c.expect(std::uint64_t{slab->capacity} * slab->object_size <= slab->block->size,
+           "slab at ", slab->base(), " overruns its block");
+  const bool listed = slab->available_index >= 0;
+  c.expect(listed == !slab->free_slots.empty(), "slab at ", slab->base(),
+           " availability does not match its free slots");
+  const auto& avail = pool.classes[static_cast<std::size_t>(slab->cls)].available;
+  c.expect(!listed || avail[static_cast<std::size_t>(slab->available_index)] == slab,
+           "slab at ", slab->base(), " has a stale available index");
+  std::vector<bool> seen(slab->capacity);
+  for (std::uint32_t s : slab->free_slots) {
+    c.expect(s < slab->capacity && !seen[s], "slab at ", slab->base(),
+             ": bad or repeated free slot ", s);
+    if (s < slab->capacity) seen[s] = true;
+  }
+}
+
+void check_segment(Checker& c, const Segment* seg, const StreamPool& pool, Totals& t) {
+  c.expect(seg->pool == &pool, "segment at ", seg->base, " is in the wrong pool");
+  std::uintptr_t at = seg->base;
+  const Block* prev = nullptr;
+  for (const Block* b = seg->first; b != nullptr && c.ok(); b = b->next) {
+    c.expect(b->addr == at && b->segment == seg && b->prev == prev && b->size > 0,
+             "segment at ", seg->base, ": block at ", b->addr, " breaks the address chain");
+    const bool is_free = b->state == Block::State::free;
+    c.expect(!(is_free && prev != nullptr && prev->state == Block::State::free),
+             "adjacent free blocks at ", prev ? prev->addr : 0, " and ", b->addr,
+             " were not coalesced");
+    const auto found = pool.free_blocks.find(const_cast<Block*>(b));
+    const bool in_set = found != pool.free_blocks.end() && *found == b;
+    c.expect(is_free == in_set, "block at ",
+             b->addr, is_free ? " is free but not in its pool's free set"
+                              : " is in the free set but not free");
+    if (b->state == Block::State::slab) {
+      c.expect(b->slab != nullptr && b->slab->block == b, "slab block at ", b->addr,
+               " does not point to its slab");
+      if (b->slab != nullptr) check_slab(c, b->slab, pool);
+      t.slab_bytes += static_cast<std::int64_t>(b->size);
+      ++t.slabs;
+    }
+    if (is_free) ++t.free_blocks;
+    at += b->size;
+    prev = b;
+  }
+  c.expect(at == seg->base + seg->size, "segment at ", seg->base, " blocks do not cover it");
+  t.reserved += static_cast<std::int64_t>(seg->size);
+  ++t.segments;
+}
+
+}  // namespace
+
+std::string DeviceAllocator::validate_locked() const {
+  Checker c;
+  Totals t;
+  for (const auto& [stream, pool] : pools_) {
+    c.expect(pool->stream == stream, "pool keyed by the wrong stream");
+    for (const Segment* seg : pool->segments) check_segment(c, seg, *pool, t);
+    for (const SlabClass& cls : pool->classes) {
+      std::size_t empty = 0;
+      for (const Slab* s : cls.available) empty += s->used == 0 ? 1 : 0;
+      c.expect(empty == cls.empty, "a size class counts ", cls.empty, " empty slabs, has ", empty);
+    }
+  }
+  // Every live allocation sits in an allocated block or an allocated slot of a slab.
+  std::unordered_map<const Slab*, std::uint32_t> slab_live;
+  live_.for_each([&](const LiveEntry& e) {
+    const std::uintptr_t owner = e.owner & ~kTagMask;
+    if (e.owner & kSlabTag) {
+      const auto* slab = reinterpret_cast<const Slab*>(owner);
+      const std::uintptr_t offset = e.key - slab->base();
+      c.expect(e.key >= slab->base() && offset % slab->object_size == 0 &&
+                   offset / slab->object_size < slab->capacity,
+               "live pointer ", e.key, " is not an object of its slab");
+      ++slab_live[slab];
+      t.allocated += slab->object_size;
+    } else {
+      const auto* b = reinterpret_cast<const Block*>(owner);
+      c.expect(b->addr == e.key && b->state == Block::State::allocated, "live pointer ", e.key,
+               " does not match an allocated block");
+      t.allocated += static_cast<std::int64_t>(b->size);
+    }
+    c.expect(e.requested > 0, "live pointer ", e.key, " has requested size 0");
+    c.expect(((e.owner & kHasStreamUses) != 0) == (stream_uses_.count(e.key) == 1),
+             "live pointer ", e.key, " stream-use flag disagrees with the stream-use table");
+    ++t.allocations;
+    t.requested += static_cast<std::int64_t>(e.requested);
+  });
+  for (const PendingFree& p : pending_) {
+    if (p.owner & kSlabTag) {
+      const auto* slab = reinterpret_cast<const Slab*>(p.owner & ~kTagMask);
+      ++slab_live[slab];
+      t.pending_bytes += slab->object_size;
+    } else {
+      const auto* b = reinterpret_cast<const Block*>(p.owner & ~kTagMask);
+      c.expect(b->state == Block::State::pending, "pending free at ", p.addr,
+               " is not a pending block");
+      t.pending_bytes += static_cast<std::int64_t>(b->size);
+    }
+    ++t.pending;
+  }
+  for (const auto& [slab, n] : slab_live) {
+    c.expect(slab->used == n, "slab at ", slab->base(), " counts ", slab->used,
+             " used objects but ", n, " are live or pending");
+  }
+  const Stats& s = stats_;
+  c.expect(s.reserved_bytes.current == t.reserved, "reserved_bytes ", s.reserved_bytes.current,
+           " != segments ", t.reserved);
+  c.expect(s.reserved_count.current == t.segments, "reserved_count disagrees with segments");
+  c.expect(s.cached_count.current == t.free_blocks, "cached_count ", s.cached_count.current,
+           " != free blocks ", t.free_blocks);
+  c.expect(s.slab_bytes.current == t.slab_bytes && s.slab_count.current == t.slabs,
+           "slab stats disagree with slab blocks");
+  c.expect(s.allocated_bytes.current == t.allocated, "allocated_bytes ",
+           s.allocated_bytes.current, " != live ", t.allocated);
+  c.expect(s.allocated_count.current == t.allocations, "allocated_count disagrees with live");
+  c.expect(s.requested_bytes.current == t.requested, "requested_bytes disagrees with live");
+  c.expect(s.active_bytes.current == t.allocated + t.pending_bytes &&
+               s.active_count.current == t.allocations + t.pending,
+           "active stats disagree with live + pending");
+  c.expect(s.cached_bytes.current == s.reserved_bytes.current - s.active_bytes.current,
+           "cached_bytes != reserved - active");
+  return c.problem();
+}
+
+}  // namespace cudalloc

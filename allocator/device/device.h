@@ -1,0 +1,111 @@
+// The device layer: the only code in cudalloc that talks to CUDA.
+//
+// Everything above this interface (pools, stream ordering, OOM handling, stats) is policy and
+// is tested on the host through FakeDevice. Implementations:
+//   CudaDevice - the driver API, opened at run time with dlopen("libcuda.so.1")
+//   FakeDevice - host memory with simulated streams, events, virtual memory and faults
+//
+// Contracts common to every method:
+//   - Methods never throw and return a Status; outputs are written only on Status::ok.
+//   - Methods are thread-safe.
+//   - `dev` is a device ordinal in [0, device_count()).
+//   - Streams are opaque handles owned by the caller (cudaStream_t / CUstream values, 0 is the
+//     legacy default stream). The device layer never creates or destroys streams.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace cudalloc::device {
+
+using StreamHandle = std::uintptr_t;
+using EventHandle = std::uintptr_t;
+using PhysicalHandle = std::uint64_t;
+
+enum class Status {
+  ok,
+  out_of_memory,   // the device (or its simulated capacity) has no room
+  invalid_value,   // bad argument: unknown pointer, handle, range or device
+  not_ready,       // event_query only: the event has not completed yet
+  not_supported,   // the capability is absent (no VMM, no driver)
+  no_device,       // no driver or no device at all
+  device_error,    // anything else the driver reported
+};
+
+const char* status_name(Status s);
+
+// Which kinds of device call fault injection can target (FakeDevice) and stats can count.
+enum class CallKind : int {
+  malloc,
+  free,
+  reserve,
+  unreserve,
+  create_physical,
+  release_physical,
+  map,
+  unmap,
+  set_access,
+  event_create,
+  event_destroy,
+  event_record,
+  event_query,
+  event_synchronize,
+  stream_wait_event,
+  synchronize,
+  count_,
+};
+constexpr int kCallKinds = static_cast<int>(CallKind::count_);
+const char* call_kind_name(CallKind k);
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  // "cuda" or "fake"; stable, used in logs and snapshots.
+  virtual const char* name() const = 0;
+  virtual int device_count() = 0;
+  // The calling thread's current device (the runtime's notion: the device of the current
+  // context), or 0 when no context is current.
+  virtual Status current_device(int* dev) = 0;
+  virtual Status mem_info(int dev, std::size_t* free_bytes, std::size_t* total_bytes) = 0;
+
+  // Plain device memory, as cuMemAlloc / cuMemFree. Pointers are at least 256-byte aligned.
+  // free() of memory that queued work may still use is the caller's responsibility: callers
+  // synchronize before freeing (see DeviceAllocator::release_cached_segments).
+  virtual Status malloc(int dev, std::size_t bytes, void** ptr) = 0;
+  virtual Status free(int dev, void* ptr) = 0;
+
+  // Virtual memory. granularity() is the page size for create_physical/map (0 = no VMM).
+  virtual std::size_t granularity(int dev) = 0;
+  virtual Status reserve(int dev, std::size_t bytes, std::uintptr_t* va) = 0;
+  virtual Status unreserve(std::uintptr_t va, std::size_t bytes) = 0;
+  virtual Status create_physical(int dev, std::size_t bytes, PhysicalHandle* handle) = 0;
+  virtual Status release_physical(PhysicalHandle handle) = 0;
+  // Maps `bytes` of `handle` starting at `offset` at `va`; all three are page multiples.
+  virtual Status map(std::uintptr_t va, std::size_t bytes, PhysicalHandle handle,
+                     std::size_t offset) = 0;
+  virtual Status unmap(std::uintptr_t va, std::size_t bytes) = 0;
+  // Grants read/write access from `dev` to a mapped range.
+  virtual Status set_access(int dev, std::uintptr_t va, std::size_t bytes) = 0;
+
+  // Events mark a point in a stream's queue. event_query returns ok once every piece of work
+  // queued on the stream before the record has finished, not_ready before that.
+  virtual Status event_create(int dev, EventHandle* event) = 0;
+  virtual Status event_destroy(EventHandle event) = 0;
+  virtual Status event_record(int dev, EventHandle event, StreamHandle stream) = 0;
+  virtual Status event_query(EventHandle event) = 0;
+  virtual Status event_synchronize(EventHandle event) = 0;
+  // Work queued on `stream` after this call starts only after `event` has completed.
+  virtual Status stream_wait_event(int dev, StreamHandle stream, EventHandle event) = 0;
+  // Waits for all work queued on the device.
+  virtual Status synchronize(int dev) = 0;
+};
+
+// The process-wide device chosen by CUDALLOC_DEVICE: "cuda" (default) or "fake[:CAPACITY]"
+// (CAPACITY with K/M/G/T suffixes, default 80G, per simulated device; "fake:CAPACITY:N" gives
+// N simulated devices). Created on first use; never destroyed, so that allocations outliving
+// static destructors can still be returned.
+Device& process_device();
+
+}  // namespace cudalloc::device

@@ -1,0 +1,164 @@
+// FakeDevice: a simulated CUDA device in host memory, so that every allocator policy runs and
+// is tested without a GPU.
+//
+// - Memory: malloc() returns host memory (reserved lazily, so a simulated 80 GiB device costs
+//   nothing until written). Pointers are real and writable, also under LD_PRELOAD.
+// - Capacity: each simulated device has `capacity` bytes; malloc and create_physical fail with
+//   out_of_memory past it.
+// - Virtual memory: reserve() takes address space, create_physical() takes capacity from a
+//   per-device memory file, map() places it at a virtual address (two mappings of one physical
+//   range see the same bytes), set_access() makes it readable and writable, unmap() removes it.
+//   Granularity is 2 MiB by default.
+// - Streams and events: every stream has a count of queued and of completed work items. With
+//   `manual_streams` off (the default) work completes as soon as it is queued. With it on, work
+//   queued by enqueue_work() stays pending until complete_work()/complete_all(); an event
+//   completes when the work queued on its stream before the record has completed.
+//   stream_wait_event() is logged (waits()) and completing a stream first completes what it
+//   waits on.
+// - Faults: fail_call(kind, nth) makes the nth call of that kind from now fail.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "device/device.h"
+
+namespace cudalloc::device {
+
+class FakeDevice final : public Device {
+ public:
+  struct Options {
+    std::size_t capacity = std::size_t{80} << 30;  // per simulated device
+    int devices = 1;
+    std::size_t granularity = std::size_t{2} << 20;
+    bool manual_streams = false;
+  };
+  explicit FakeDevice(Options options);
+  FakeDevice() : FakeDevice(Options{}) {}
+  ~FakeDevice() override;
+  FakeDevice(const FakeDevice&) = delete;
+  FakeDevice& operator=(const FakeDevice&) = delete;
+
+  const char* name() const override { return "fake"; }
+  int device_count() override { return options_.devices; }
+  Status current_device(int* dev) override;
+  Status mem_info(int dev, std::size_t* free_bytes, std::size_t* total_bytes) override;
+  Status malloc(int dev, std::size_t bytes, void** ptr) override;
+  Status free(int dev, void* ptr) override;
+  std::size_t granularity(int dev) override;
+  Status reserve(int dev, std::size_t bytes, std::uintptr_t* va) override;
+  Status unreserve(std::uintptr_t va, std::size_t bytes) override;
+  Status create_physical(int dev, std::size_t bytes, PhysicalHandle* handle) override;
+  Status release_physical(PhysicalHandle handle) override;
+  Status map(std::uintptr_t va, std::size_t bytes, PhysicalHandle handle,
+             std::size_t offset) override;
+  Status unmap(std::uintptr_t va, std::size_t bytes) override;
+  Status set_access(int dev, std::uintptr_t va, std::size_t bytes) override;
+  Status event_create(int dev, EventHandle* event) override;
+  Status event_destroy(EventHandle event) override;
+  Status event_record(int dev, EventHandle event, StreamHandle stream) override;
+  Status event_query(EventHandle event) override;
+  Status event_synchronize(EventHandle event) override;
+  Status stream_wait_event(int dev, StreamHandle stream, EventHandle event) override;
+  Status synchronize(int dev) override;
+
+  // ---- Simulation controls (tests and replay) ----
+  void set_current_device(int dev);  // for the calling thread
+  void set_manual_streams(bool manual);
+  // Queues one work item (a "kernel") on `stream` of `dev`.
+  void enqueue_work(int dev, StreamHandle stream);
+  // Completes the work queued so far on `stream` (and what it waits on).
+  void complete_work(int dev, StreamHandle stream);
+  void complete_all();
+  bool stream_idle(int dev, StreamHandle stream);
+
+  // The nth (1 = next) call of `kind` from now fails with `status`.
+  void fail_call(CallKind kind, int nth, Status status = Status::out_of_memory);
+  void clear_faults();
+  std::uint64_t calls(CallKind kind) const;
+  std::size_t used_bytes(int dev) const;  // device memory taken (malloc + physical)
+  std::size_t live_events() const;
+
+  struct Wait {
+    int dev;
+    StreamHandle waiter;  // the stream made to wait
+    StreamHandle on;      // the stream of the event
+    std::uint64_t until;  // work items of `on` that must complete first
+  };
+  std::vector<Wait> waits() const;
+
+ private:
+  struct StreamKey {
+    int dev;
+    StreamHandle stream;
+    bool operator<(const StreamKey& o) const {
+      return dev != o.dev ? dev < o.dev : stream < o.stream;
+    }
+  };
+  struct StreamState {
+    std::uint64_t queued = 0;
+    std::uint64_t completed = 0;
+    struct Dependency {
+      std::uint64_t after;  // applies to work queued after this many items
+      StreamKey on;
+      std::uint64_t until;  // work items of `on` that must complete first
+    };
+    std::vector<Dependency> waits_on;
+  };
+  struct EventState {
+    int dev = 0;
+    bool recorded = false;
+    StreamKey stream{};
+    std::uint64_t seq = 0;
+  };
+  struct Physical {
+    int dev = 0;
+    std::size_t offset = 0;  // in the device's memory file
+    std::size_t bytes = 0;
+    int mappings = 0;
+    bool released = false;
+  };
+  struct Mapping {
+    std::size_t bytes;
+    PhysicalHandle handle;
+  };
+  struct DeviceMemory {
+    std::size_t used = 0;
+    int file = -1;                               // memory file backing physical allocations
+    std::map<std::size_t, std::size_t> holes;    // free ranges of the file: offset -> bytes
+  };
+
+  Status check_fault(CallKind kind);  // counts the call; requires mutex_ held
+  bool valid_device(int dev) const { return dev >= 0 && dev < options_.devices; }
+  StreamState& stream_state(int dev, StreamHandle stream);
+  void complete_stream(const StreamKey& key, std::uint64_t upto);
+  bool event_done(const EventState& e);
+  Status take_file_range(int dev, std::size_t bytes, std::size_t* offset);
+  void return_file_range(int dev, std::size_t offset, std::size_t bytes);
+  void free_physical_if_unused(PhysicalHandle handle);
+  bool range_reserved(std::uintptr_t va, std::size_t bytes) const;
+  bool range_unmapped(std::uintptr_t va, std::size_t bytes) const;
+
+  Options options_;
+  mutable std::mutex mutex_;
+  std::vector<DeviceMemory> memory_;
+  std::unordered_map<void*, std::pair<int, std::size_t>> allocations_;  // ptr -> dev, bytes
+  std::map<std::uintptr_t, std::pair<int, std::size_t>> reservations_;  // va -> dev, bytes
+  std::unordered_map<PhysicalHandle, Physical> physicals_;
+  std::map<std::uintptr_t, Mapping> mappings_;                          // va -> mapping
+  PhysicalHandle next_physical_ = 1;
+  std::map<StreamKey, StreamState> streams_;
+  std::unordered_map<EventHandle, EventState> events_;
+  EventHandle next_event_ = 1;
+  std::vector<Wait> waits_;
+  std::uint64_t calls_[kCallKinds] = {};
+  std::uint64_t fault_at_[kCallKinds] = {};  // absolute call number that fails, 0 = none
+  Status fault_status_[kCallKinds] = {};
+};
+
+// Parses "fake[:CAPACITY[:DEVICES]]" (the part after "fake" of CUDALLOC_DEVICE).
+bool parse_fake_spec(const char* spec, FakeDevice::Options* options);
+
+}  // namespace cudalloc::device

@@ -1,0 +1,177 @@
+// FakeDevice: simulated streams, events, faults and the test controls.
+#include <algorithm>
+
+#include "device/fake_device.h"
+
+namespace cudalloc::device {
+namespace {
+thread_local int t_current_device = 0;  // shared by all FakeDevice objects of the process
+}  // namespace
+
+FakeDevice::StreamState& FakeDevice::stream_state(int dev, StreamHandle stream) {
+  return streams_[StreamKey{dev, stream}];
+}
+
+void FakeDevice::complete_stream(const StreamKey& key, std::uint64_t upto) {
+  // A stream cannot run work queued after a wait before the work it waits on.
+  for (const auto& dep : streams_[key].waits_on) {
+    if (dep.after < upto && streams_[dep.on].completed < dep.until) {
+      complete_stream(dep.on, dep.until);
+    }
+  }
+  StreamState& s = streams_[key];
+  s.completed = std::max(s.completed, std::min(upto, s.queued));
+  std::erase_if(s.waits_on, [&](const auto& dep) { return dep.after < s.completed; });
+}
+
+bool FakeDevice::event_done(const EventState& e) {
+  if (!e.recorded) return true;  // as in CUDA, an event never recorded counts as complete
+  return streams_[e.stream].completed >= e.seq;
+}
+
+Status FakeDevice::event_create(int dev, EventHandle* event) {
+  std::lock_guard lock(mutex_);
+  if (Status s = check_fault(CallKind::event_create); s != Status::ok) return s;
+  if (!valid_device(dev)) return Status::invalid_value;
+  const EventHandle h = next_event_++;
+  events_[h] = EventState{dev, false, {}, 0};
+  *event = h;
+  return Status::ok;
+}
+
+Status FakeDevice::event_destroy(EventHandle event) {
+  std::lock_guard lock(mutex_);
+  if (Status s = check_fault(CallKind::event_destroy); s != Status::ok) return s;
+  return events_.erase(event) == 1 ? Status::ok : Status::invalid_value;
+}
+
+Status FakeDevice::event_record(int dev, EventHandle event, StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  if (Status s = check_fault(CallKind::event_record); s != Status::ok) return s;
+  auto it = events_.find(event);
+  if (it == events_.end() || it->second.dev != dev) return Status::invalid_value;
+  const StreamKey key{dev, stream};
+  it->second.recorded = true;
+  it->second.stream = key;
+  it->second.seq = stream_state(dev, stream).queued;
+  return Status::ok;
+}
+
+Status FakeDevice::event_query(EventHandle event) {
+  std::lock_guard lock(mutex_);
+  if (Status s = check_fault(CallKind::event_query); s != Status::ok) return s;
+  auto it = events_.find(event);
+  if (it == events_.end()) return Status::invalid_value;
+  return event_done(it->second) ? Status::ok : Status::not_ready;
+}
+
+Status FakeDevice::event_synchronize(EventHandle event) {
+  std::lock_guard lock(mutex_);
+  if (Status s = check_fault(CallKind::event_synchronize); s != Status::ok) return s;
+  auto it = events_.find(event);
+  if (it == events_.end()) return Status::invalid_value;
+  // Waiting on the host lets the simulated device run the stream up to the event.
+  if (!event_done(it->second)) complete_stream(it->second.stream, it->second.seq);
+  return Status::ok;
+}
+
+Status FakeDevice::stream_wait_event(int dev, StreamHandle stream, EventHandle event) {
+  std::lock_guard lock(mutex_);
+  if (Status s = check_fault(CallKind::stream_wait_event); s != Status::ok) return s;
+  auto it = events_.find(event);
+  if (it == events_.end() || !valid_device(dev)) return Status::invalid_value;
+  const EventState& e = it->second;
+  if (!e.recorded) return Status::ok;
+  waits_.push_back(Wait{dev, stream, e.stream.stream, e.seq});
+  if (!event_done(e)) {
+    StreamState& waiter = stream_state(dev, stream);
+    waiter.waits_on.push_back(StreamState::Dependency{waiter.queued, e.stream, e.seq});
+  }
+  return Status::ok;
+}
+
+Status FakeDevice::synchronize(int dev) {
+  std::lock_guard lock(mutex_);
+  if (Status s = check_fault(CallKind::synchronize); s != Status::ok) return s;
+  if (!valid_device(dev)) return Status::invalid_value;
+  for (auto& [key, state] : streams_) {
+    if (key.dev == dev) {
+      state.completed = state.queued;
+      state.waits_on.clear();
+    }
+  }
+  return Status::ok;
+}
+
+void FakeDevice::set_current_device(int dev) { t_current_device = dev; }
+
+Status FakeDevice::current_device(int* dev) {
+  *dev = t_current_device;
+  return Status::ok;
+}
+
+void FakeDevice::set_manual_streams(bool manual) {
+  std::lock_guard lock(mutex_);
+  options_.manual_streams = manual;
+}
+
+void FakeDevice::enqueue_work(int dev, StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  StreamState& s = stream_state(dev, stream);
+  ++s.queued;
+  if (!options_.manual_streams) s.completed = s.queued;
+}
+
+void FakeDevice::complete_work(int dev, StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  const StreamKey key{dev, stream};
+  complete_stream(key, stream_state(dev, stream).queued);
+}
+
+void FakeDevice::complete_all() {
+  std::lock_guard lock(mutex_);
+  for (auto& [key, state] : streams_) {
+    state.completed = state.queued;
+    state.waits_on.clear();
+  }
+}
+
+bool FakeDevice::stream_idle(int dev, StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  const StreamState& s = stream_state(dev, stream);
+  return s.completed == s.queued;
+}
+
+void FakeDevice::fail_call(CallKind kind, int nth, Status status) {
+  std::lock_guard lock(mutex_);
+  const int k = static_cast<int>(kind);
+  fault_at_[k] = calls_[k] + static_cast<std::uint64_t>(std::max(nth, 1));
+  fault_status_[k] = status;
+}
+
+void FakeDevice::clear_faults() {
+  std::lock_guard lock(mutex_);
+  std::fill(std::begin(fault_at_), std::end(fault_at_), 0);
+}
+
+std::uint64_t FakeDevice::calls(CallKind kind) const {
+  std::lock_guard lock(mutex_);
+  return calls_[static_cast<int>(kind)];
+}
+
+std::size_t FakeDevice::used_bytes(int dev) const {
+  std::lock_guard lock(mutex_);
+  return valid_device(dev) ? memory_[dev].used : 0;
+}
+
+std::size_t FakeDevice::live_events() const {
+  std::lock_guard lock(mutex_);
+  return events_.size();
+}
+
+std::vector<FakeDevice::Wait> FakeDevice::waits() const {
+  std::lock_guard lock(mutex_);
+  return waits_;
+}
+
+}  // namespace cudalloc::device

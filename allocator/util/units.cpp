@@ -1,0 +1,65 @@
+#include "util/units.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace cudalloc {
+namespace {
+
+bool unit_shift(std::string_view unit, int* shift) {
+  std::string u;
+  for (char c : unit) u.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  if (u.size() > 1 && u.back() == 'b') u.pop_back();     // "kb", "mib", "b"
+  if (u.size() > 1 && u.back() == 'i') u.pop_back();     // "mi" -> "m"
+  static constexpr struct { const char* name; int shift; } kUnits[] = {
+      {"", 0}, {"b", 0}, {"k", 10}, {"m", 20}, {"g", 30}, {"t", 40}};
+  for (const auto& entry : kUnits) {
+    if (u == entry.name) {
+      *shift = entry.shift;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool parse_bytes(std::string_view text, std::size_t* bytes) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  std::size_t digits = 0;
+  while (digits < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) {
+    ++digits;
+  }
+  if (digits == 0) return false;
+  int shift = 0;
+  if (!unit_shift(text.substr(digits), &shift)) return false;
+  const std::string number(text.substr(0, digits));
+  char* end = nullptr;
+  const double value = std::strtod(number.c_str(), &end);
+  if (end != number.c_str() + number.size() || !std::isfinite(value) || value < 0) return false;
+  const double scaled = std::ldexp(value, shift);
+  if (scaled >= 18446744073709551615.0) return false;
+  *bytes = static_cast<std::size_t>(scaled);
+  return true;
+}
+
+std::string format_bytes(std::size_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 5) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f %s", value, kUnits[unit]);
+  return text;
+}
+
+}  // namespace cudalloc

@@ -1,0 +1,35 @@
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <random>
+
+#include "core/live_map.h"
+
+using namespace cudalloc;
+
+TEST_CASE("LiveMap agrees with std::map under random churn", "[live_map]") {
+  LiveMap map;
+  std::map<std::uintptr_t, std::size_t> truth;
+  std::mt19937_64 rng(42);
+  for (int i = 0; i < 200000; ++i) {
+    // Keys in a narrow range force long probe runs and wrap-around.
+    const std::uintptr_t key = (rng() % 5000 + 1) * 256;
+    LiveEntry* e = map.find(key);
+    REQUIRE((e != nullptr) == (truth.count(key) == 1));
+    if (e != nullptr) {
+      REQUIRE(e->requested == truth[key]);
+      map.erase(e);
+      truth.erase(key);
+    } else {
+      map.insert(LiveEntry{key, 0, key / 256});
+      truth[key] = key / 256;
+    }
+    REQUIRE(map.size() == truth.size());
+  }
+  std::size_t seen = 0;
+  map.for_each([&](const LiveEntry& e) {
+    ++seen;
+    CHECK(truth.at(e.key) == e.requested);
+  });
+  CHECK(seen == truth.size());
+}

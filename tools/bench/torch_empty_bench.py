@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Times `x = torch.empty(n, dtype=torch.uint8, device='cuda'); del x` from Python, with
+PyTorch's native allocator and with cudalloc (cudalloc.enable()), each in its own process.
+
+    python3 tools/bench/torch_empty_bench.py [--json PATH] [--iters N] [--runs R]
+
+For each size: a warm-up, then R runs of N pairs; prints the median (and fastest) run in
+microseconds per pair. The library comes from $CUDALLOC_LIBRARY or the usual places.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON_DIR = os.path.normpath(os.path.join(HERE, "..", "python"))
+SIZES = [512, 64 << 10, 1 << 20, 64 << 20]
+MODES = ["native", "cudalloc"]
+RESULT_TAG = "RESULT "
+
+
+def _import_cudalloc():
+    try:
+        import cudalloc
+    except ImportError:
+        sys.path.insert(0, PYTHON_DIR)
+        import cudalloc
+    return cudalloc
+
+
+def _pairs(torch, n, iters):
+    for _ in range(iters):
+        x = torch.empty(n, dtype=torch.uint8, device="cuda")
+        del x
+
+
+def _time_size(torch, n, iters, runs, warmup):
+    _pairs(torch, n, warmup)
+    times = []
+    for _ in range(runs):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        _pairs(torch, n, iters)
+        times.append((time.perf_counter() - start) / iters * 1e6)
+    return {"median_us": statistics.median(times), "min_us": min(times), "runs_us": times}
+
+
+def child_main(mode, iters, runs, warmup):
+    meta = {"mode": mode}
+    if mode == "cudalloc":
+        cudalloc = _import_cudalloc()
+        cudalloc.enable()  # before the first CUDA tensor
+        meta.update(cudalloc_version=cudalloc.version(), library=cudalloc.library_path())
+    import torch
+    torch.empty(1, device="cuda")  # initialise CUDA outside the timed loops
+    meta.update(torch=torch.__version__, device=torch.cuda.get_device_name())
+    meta["sizes"] = {str(n): _time_size(torch, n, iters, runs, warmup) for n in SIZES}
+    print(RESULT_TAG + json.dumps(meta), flush=True)
+    return 0
+
+
+def run_child(mode, args):
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--iters",
+           str(args.iters), "--runs", str(args.runs), "--warmup", str(args.warmup)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_TAG):
+            return json.loads(line[len(RESULT_TAG):])
+        print(f"[{mode}] {line}")
+    print(f"{mode}: no result (exit status {proc.returncode})", file=sys.stderr)
+    return None
+
+
+def _size_name(n):
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def _figure(result, n, key="median_us"):
+    return result["sizes"][str(n)][key] if result else None
+
+
+def print_table(results, args):
+    print(f"torch.empty + del, us per pair: median of {args.runs} runs x {args.iters} "
+          f"(fastest run in brackets)")
+    for mode in MODES:
+        r = results.get(mode)
+        if r:
+            extra = f", cudalloc {r['cudalloc_version']}" if "cudalloc_version" in r else ""
+            print(f"  {mode}: torch {r['torch']} on {r['device']}{extra}")
+    print(f"{'size':>8} | {'native':>16} | {'cudalloc':>16} | {'cudalloc/native':>15}")
+    print("-" * 66)
+    for n in SIZES:
+        cells = []
+        for mode in MODES:
+            med, best = (_figure(results.get(mode), n, k) for k in ("median_us", "min_us"))
+            cells.append(f"{med:7.3f} ({best:6.3f})" if med is not None else "n/a")
+        nat, cud = (_figure(results.get(m), n) for m in MODES)
+        ratio = f"{cud / nat:.2f}x" if nat and cud else "n/a"
+        print(f"{_size_name(n):>8} | {cells[0]:>16} | {cells[1]:>16} | {ratio:>15}")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="Times torch.empty + del, native vs cudalloc.")
+    p.add_argument("--json", metavar="PATH", help="also write the figures as JSON here")
+    p.add_argument("--iters", type=int, default=20000, help="pairs per timed run")
+    p.add_argument("--runs", type=int, default=7, help="timed runs per size")
+    p.add_argument("--warmup", type=int, default=2000, help="untimed pairs per size")
+    p.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.child:
+        return child_main(args.child, args.iters, args.runs, args.warmup)
+    results = {mode: run_child(mode, args) for mode in MODES}
+    print_table(results, args)
+    if args.json:
+        doc = {"benchmark": "torch_empty_del", "unit": "us_per_pair", "iters": args.iters,
+               "runs": args.runs, "warmup": args.warmup, "sizes": SIZES, "results": results}
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+    return 0 if all(results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+// `cudalloc`: the command-line tool. `cudalloc help` lists the subcommands.
+#include <cstdio>
+#include <cstring>
+
+#include "api/cudalloc.h"
+#include "cli/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(const cudalloc::cli::Args&);
+};
+
+constexpr Command kCommands[] = {
+    {"options", "list CUDALLOC_CONF keys (--markdown for the reference), check --conf CONF",
+     cudalloc::cli::options_command},
+};
+
+int usage(FILE* out) {
+  std::fprintf(out, "cudalloc %s: a caching allocator for CUDA device memory\n\n"
+                    "usage: cudalloc <command> [args]   (cudalloc <command> --help)\n\ncommands:\n",
+               cudalloc_version_string());
+  for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+  std::fprintf(out, "\nexit codes: 0 success, 1 the work failed, 2 bad usage or bad input\n");
+  return out == stdout ? 0 : 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage(stderr);
+  if (!std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help") ||
+      !std::strcmp(argv[1], "-h")) {
+    return usage(stdout);
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::printf("%s\n", cudalloc_version_string());
+    return 0;
+  }
+  for (const Command& c : kCommands) {
+    if (!std::strcmp(argv[1], c.name)) return c.run(cudalloc::cli::Args(argv + 2, argv + argc));
+  }
+  std::fprintf(stderr, "cudalloc: unknown command '%s'\n", argv[1]);
+  return usage(stderr);
+}

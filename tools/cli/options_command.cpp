@@ -1,0 +1,41 @@
+// `cudalloc options [--markdown] [--conf CONF]`: the configuration reference, generated from
+// the options table, and a check of a CUDALLOC_CONF string.
+#include <cstdio>
+
+#include "api/options.h"
+#include "cli/commands.h"
+
+namespace cudalloc::cli {
+
+int options_command(const Args& args) {
+  bool markdown = false;
+  const char* conf = nullptr;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--markdown") {
+      markdown = true;
+    } else if (args[i] == "--conf" && i + 1 < args.size()) {
+      conf = args[++i].c_str();
+    } else {
+      std::fprintf(stderr, "usage: cudalloc options [--markdown] [--conf CONF]\n");
+      return 2;
+    }
+  }
+  Settings settings;
+  if (conf != nullptr) {
+    const auto warnings = parse_conf(conf, &settings);
+    for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    for (const Option& o : options()) std::printf("%s: %s\n", o.key, o.get(settings).c_str());
+    return warnings.empty() ? 0 : 2;
+  }
+  if (markdown) {
+    std::fputs(options_markdown().c_str(), stdout);
+    return 0;
+  }
+  for (const Option& o : options()) {
+    std::printf("%-14s %-9s default %-12s %s\n", o.key, option_type_name(o.type),
+                o.get(settings).c_str(), o.help);
+  }
+  return 0;
+}
+
+}  // namespace cudalloc::cli
