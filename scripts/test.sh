@@ -17,3 +17,9 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCUDALLOC_SANITIZE=address,un
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest -j"$jobs" --output-on-failure -L "unit|capi")
+
+# ThreadSanitizer build: the concurrent tests.
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCUDALLOC_SANITIZE=thread \
+      -DCUDALLOC_BUILD_CUDA=OFF
+cmake --build build-tsan -j"$jobs" --target cudalloc_unit_tests
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L concurrency)

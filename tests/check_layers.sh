@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lower layers never include higher ones: util -> device -> core -> api.
+# Lower layers never include higher ones: util -> device -> core -> api -> snapshot.
 # Only allocator/device/ may include CUDA headers.
 set -u
 root=${1:?usage: check_layers.sh ALLOCATOR_DIR}
@@ -11,9 +11,10 @@ check() {  # check DIR FORBIDDEN_PATTERN WHY
     echo "layer violation ($3):"; echo "$hits"; status=1
   fi
 }
-check util   "device/|core/|api/" "util includes nothing above it"
-check device "core/|api/"         "device includes neither core nor api"
-check core   "api/"               "core does not include api"
+check util   "device/|core/|api/|snapshot/" "util includes nothing above it"
+check device "core/|api/|snapshot/"         "device includes neither core nor api"
+check core   "api/|snapshot/"               "core does not include api or snapshot"
+check api    "snapshot/"                    "api does not include snapshot"
 for dir in util core api; do
   check "$dir" "cuda\.h|cuda_runtime|cudaTypedefs" "only device/ talks to CUDA"
 done

@@ -3,6 +3,7 @@
 #include <new>
 
 #include "api/cudalloc.h"
+#include "api/hooks.h"
 #include "api/runtime.h"
 #include "core/log.h"
 
@@ -24,11 +25,11 @@ cudalloc_error_t to_code(Error e) {
   return CUDALLOC_ERROR_UNKNOWN;
 }
 
-// Runs `body` (returning Error) with the last error cleared first and exceptions caught.
+// Runs `body` (returning Error) with exceptions caught. The last error message is left alone
+// on success (like errno), which keeps thread-local storage off the hot path.
 template <typename Body>
 cudalloc_error_t guarded(Body&& body) noexcept {
   try {
-    clear_last_error();
     return to_code(body());
   } catch (const std::bad_alloc&) {
     return to_code(fail(Error::out_of_memory, "host memory exhausted (allocator metadata)"));
@@ -89,8 +90,13 @@ cudalloc_error_t cudalloc_allocate(void** ptr, size_t size, int device, cudaStre
   if (ptr == nullptr) return to_code(fail(Error::invalid_value, "allocate: ptr is NULL"));
   *ptr = nullptr;
   return guarded([&] {
-    return on_device(device, false,
-                     [&](DeviceAllocator& d) { return d.allocate(size, handle(stream), ptr); });
+    return on_device(device, false, [&](DeviceAllocator& d) {
+      const Error err = d.allocate(size, handle(stream), ptr);
+      if (err == Error::out_of_memory && !d.settings().snapshot_on_oom.empty()) {
+        if (OutOfMemoryHook hook = out_of_memory_hook()) hook(d.ordinal());
+      }
+      return err;
+    });
   });
 }
 

@@ -50,8 +50,8 @@ typedef enum cudalloc_error_t {
 int cudalloc_version(void);
 const char* cudalloc_version_string(void);
 
-/* Description of the calling thread's last failure ("" if none). Valid until the next call
- * on this thread. */
+/* Description of the calling thread's last failure ("" if none yet). A successful call
+ * leaves it unchanged (like errno); it is valid until the next failure on this thread. */
 const char* cudalloc_last_error_string(void);
 const char* cudalloc_error_name(cudalloc_error_t error);
 
@@ -114,6 +114,16 @@ int cudalloc_device_count(void);
 /* Checks every internal invariant of `device` (-1: all initialised devices); returns
  * CUDALLOC_SUCCESS or CUDALLOC_ERROR_UNKNOWN with the first violation in the last error. */
 cudalloc_error_t cudalloc_validate(int device);
+
+/* ---- Snapshots ----------------------------------------------------------------------- */
+/* Writes a JSON snapshot of every initialised device in PyTorch's memory-snapshot schema
+ * (plus a "cudalloc" section) to `path` ("%p" expands to the process id). Takes each device's
+ * lock only to copy its state; never allocates device memory. */
+cudalloc_error_t cudalloc_snapshot(const char* path);
+/* The same snapshot as a NUL-terminated string in `buffer`. *length receives the string's
+ * length; if `capacity` is too small (or buffer is NULL) nothing is written and
+ * CUDALLOC_ERROR_INVALID_VALUE is returned, so call again with *length + 1 bytes. */
+cudalloc_error_t cudalloc_snapshot_json(char* buffer, size_t capacity, size_t* length);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

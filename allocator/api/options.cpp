@@ -91,12 +91,23 @@ std::string get_boolean(const Settings& s) {
   return s.*Field ? "true" : "false";
 }
 
+template <std::string Settings::*Field>
+bool set_path(Settings& s, std::string_view text, std::string* why) {
+  if (text.empty()) return *why = "expected a file path", false;
+  s.*Field = std::string(text);
+  return true;
+}
+template <std::string Settings::*Field>
+std::string get_path(const Settings& s) {
+  return s.*Field;
+}
+
 constexpr std::size_t kNoMax = std::size_t{1} << 60;
 
 }  // namespace
 
-const std::vector<Option>& options() {
-  static const std::vector<Option> table = {
+std::span<const Option> options() {
+  static constexpr Option kTable[] = {
       {"limit", OptionType::bytes,
        "Cap on device memory reserved per device (0: no cap). Requests that would pass it are "
        "served after releasing the cache, or fail as out of memory.",
@@ -121,8 +132,20 @@ const std::vector<Option>& options() {
        "Check every internal invariant after every operation and log violations (slow; for "
        "debugging).",
        set_boolean<&Settings::validate>, get_boolean<&Settings::validate>},
+      {"trace", OptionType::count,
+       "Keep the last N allocator events per device (alloc, free, segment, oom) for snapshots "
+       "(0: no trace). Costs a clock read per event.",
+       set_count<&Settings::trace, 0, std::size_t{1} << 28>, get_size<&Settings::trace>},
+      {"snapshot_on_oom", OptionType::path,
+       "Write a JSON snapshot to this file when an allocation fails for lack of memory; %p "
+       "expands to the process id.",
+       set_path<&Settings::snapshot_on_oom>, get_path<&Settings::snapshot_on_oom>},
+      {"snapshot_at_exit", OptionType::path,
+       "Write a JSON snapshot to this file when the process exits; %p expands to the process "
+       "id.",
+       set_path<&Settings::snapshot_at_exit>, get_path<&Settings::snapshot_at_exit>},
   };
-  return table;
+  return kTable;
 }
 
 const char* option_type_name(OptionType type) {
@@ -131,6 +154,7 @@ const char* option_type_name(OptionType type) {
     case OptionType::fraction: return "fraction";
     case OptionType::count: return "count";
     case OptionType::boolean: return "boolean";
+    case OptionType::path: return "path";
   }
   return "?";
 }
@@ -150,7 +174,7 @@ std::vector<std::string> parse_conf(std::string_view conf, Settings* settings) {
     }
     const std::string key = lower(trim(item.substr(0, colon)));
     const std::string_view value = trim(item.substr(colon + 1));
-    const auto& table = options();
+    const auto table = options();
     auto it = std::find_if(table.begin(), table.end(),
                            [&](const Option& o) { return key == o.key; });
     if (it == table.end()) {
@@ -173,8 +197,9 @@ std::string options_markdown() {
   const Settings defaults;
   std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
   for (const Option& o : options()) {
-    out += "| `" + std::string(o.key) + "` | " + option_type_name(o.type) + " | `" +
-           o.get(defaults) + "` | " + o.help + " |\n";
+    const std::string value = o.get(defaults);
+    out += "| `" + std::string(o.key) + "` | " + option_type_name(o.type) + " | " +
+           (value.empty() ? std::string("(none)") : "`" + value + "`") + " | " + o.help + " |\n";
   }
   return out;
 }

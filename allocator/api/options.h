@@ -6,6 +6,7 @@
 // value produces a warning naming the key, and the default (or the last good value) is kept.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,7 +15,7 @@
 
 namespace cudalloc {
 
-enum class OptionType { bytes, fraction, count, boolean };
+enum class OptionType { bytes, fraction, count, boolean, path };
 
 struct Option {
   const char* key;
@@ -25,7 +26,8 @@ struct Option {
   std::string (*get)(const Settings& settings);
 };
 
-const std::vector<Option>& options();
+// A static table without a destructor, so it stays valid in exit-time handlers.
+std::span<const Option> options();
 const char* option_type_name(OptionType type);
 
 // Applies `conf` to *settings; returns one warning per problem (already phrased for users).

@@ -3,11 +3,18 @@
 // CUDALLOC_LOG the log level.
 #pragma once
 
+#include <string>
+
 #include "core/allocator.h"
 
 namespace cudalloc {
 
 // Never destroyed: memory may be freed from static destructors of other libraries.
 Allocator& process_allocator();
+// The process-wide allocator if something already created it, else nullptr (for exit-time
+// work that must not start CUDA).
+Allocator* process_allocator_if_created();
+// The CUDALLOC_CONF text the allocator was configured from ("" if unset).
+const std::string& process_conf();
 
 }  // namespace cudalloc

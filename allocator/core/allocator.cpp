@@ -11,10 +11,12 @@ Allocator::~Allocator() {
 
 int Allocator::device_count() { return device_.device_count(); }
 
-DeviceAllocator* Allocator::device(int dev, Error* err) {
-  if (dev < 0 && device_.current_device(&dev) != device::Status::ok) dev = 0;
-  if (dev >= 0 && dev < kMaxDevices) {
-    if (DeviceAllocator* d = devices_[dev].load(std::memory_order_acquire)) return d;
+DeviceAllocator* Allocator::create_device(int dev, Error* err) {
+  if (dev < 0) {
+    if (device_.current_device(&dev) != device::Status::ok) dev = 0;
+    if (dev >= 0 && dev < kMaxDevices) {
+      if (DeviceAllocator* d = devices_[dev].load(std::memory_order_acquire)) return d;
+    }
   }
   const int count = device_.device_count();
   if (count == 0) {

@@ -22,7 +22,12 @@ class Allocator {
 
   // The allocator of device `dev` (-1: the calling thread's current device), or nullptr
   // with the reason in *err.
-  DeviceAllocator* device(int dev, Error* err);
+  DeviceAllocator* device(int dev, Error* err) {
+    if (dev >= 0 && dev < kMaxDevices) {
+      if (DeviceAllocator* d = devices_[dev].load(std::memory_order_acquire)) return d;
+    }
+    return create_device(dev, err);
+  }
   // The initialised device that has `ptr` live, or nullptr.
   DeviceAllocator* owner_of(const void* ptr);
   // Calls f(DeviceAllocator&) for every initialised device.
@@ -37,6 +42,8 @@ class Allocator {
   device::Device& backend() { return device_; }
 
  private:
+  DeviceAllocator* create_device(int dev, Error* err);
+
   device::Device& device_;
   const Settings settings_;
   std::atomic<DeviceAllocator*> devices_[kMaxDevices] = {};

@@ -19,12 +19,13 @@ constexpr std::size_t kSmallSegment = 2 * MiB;
 
 }  // namespace
 
-Error DeviceAllocator::allocate_large(StreamPool& pool, std::size_t size, Block** out) {
+Error DeviceAllocator::allocate_large(StreamPool& pool, std::size_t size, bool slab,
+                                      Block** out) {
   const std::size_t rounded = round_up(size, kBlockRound);
   Block* block = take_free_block(pool, rounded);
   if (block == nullptr) block = steal_segment(pool, rounded);
   if (block == nullptr) {
-    const Error err = new_segment(pool, rounded, &block);
+    const Error err = new_segment(pool, rounded, slab, &block);
     if (err != Error::ok) return err;
   }
   split(pool, block, rounded);
@@ -97,16 +98,19 @@ void DeviceAllocator::order_after_stream(StreamHandle earlier, StreamHandle late
   device_.synchronize(ordinal_);
 }
 
-std::size_t DeviceAllocator::segment_size_for(std::size_t size) const {
-  if (size <= kSmallSegment) return kSmallSegment;
+std::size_t DeviceAllocator::segment_size_for(std::size_t size, bool slab) const {
+  // Slabs get segments of their own size; requests up to 1 MiB share 2 MiB segments, up to
+  // half a large segment share large segments, and larger ones get their own.
+  if (slab) return round_up(size, kSmallSegment);
+  if (size <= kSmallSegment / 2) return kSmallSegment;
   if (size <= settings_.large_segment / 2) return round_up(settings_.large_segment, kSmallSegment);
   return round_up(size, kSmallSegment);
 }
 
-Error DeviceAllocator::new_segment(StreamPool& pool, std::size_t size, Block** out) {
+Error DeviceAllocator::new_segment(StreamPool& pool, std::size_t size, bool slab, Block** out) {
   const std::size_t cap = reserve_cap();
   const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.current);
-  std::size_t bytes = segment_size_for(size);
+  std::size_t bytes = segment_size_for(size, slab);
   const std::size_t minimum = round_up(size, kSmallSegment);
   // A shared segment is a convenience: fall back to the minimum when it does not fit.
   if (cap != 0 && reserved + bytes > cap) bytes = minimum;
@@ -135,6 +139,7 @@ Error DeviceAllocator::new_segment(StreamPool& pool, std::size_t size, Block** o
   stats_.reserved_count.count();
   stats_.cached_bytes.increase(static_cast<std::int64_t>(bytes));
   stats_.device_allocs.count();
+  if (trace_.enabled()) trace_.record(TraceAction::segment_alloc, seg->base, bytes, pool.stream);
   *out = seg->first;
   return Error::ok;
 }
@@ -201,6 +206,9 @@ std::size_t DeviceAllocator::release_free_segments() {
       stats_.reserved_count.decrease(1);
       stats_.cached_bytes.decrease(static_cast<std::int64_t>(seg->size));
       stats_.device_frees.count();
+      if (trace_.enabled()) {
+        trace_.record(TraceAction::segment_free, seg->base, seg->size, pool->stream);
+      }
       released += seg->size;
       delete seg->first;
       delete seg;

@@ -8,7 +8,11 @@
 namespace cudalloc {
 
 DeviceAllocator::DeviceAllocator(device::Device& device, int ordinal, const Settings& settings)
-    : device_(device), ordinal_(ordinal), settings_(settings), classes_(settings.slab_max) {
+    : device_(device),
+      ordinal_(ordinal),
+      settings_(settings),
+      classes_(settings.slab_max),
+      trace_(settings.trace) {
   std::size_t free_bytes = 0;
   if (device_.mem_info(ordinal_, &free_bytes, &device_total_) != device::Status::ok) {
     device_total_ = 0;
@@ -55,6 +59,7 @@ Error DeviceAllocator::allocate(std::size_t size, StreamHandle stream, void** pt
   std::lock_guard lock(lock_);
   if (size > kMaxRequest || (device_total_ != 0 && size > device_total_)) {
     stats_.ooms.count();
+    if (trace_.enabled()) trace_.record(TraceAction::oom, 0, size, stream);
     return fail(Error::out_of_memory,
                 "cannot allocate %zu bytes on device %d: larger than the device (%zu bytes)",
                 size, ordinal_, device_total_);
@@ -67,6 +72,7 @@ Error DeviceAllocator::allocate(std::size_t size, StreamHandle stream, void** pt
   if (err != Error::ok) return err;
   if (stats_.device_allocs.total == device_allocs_before) stats_.cache_hits.count();
   record_allocation(addr, owner, size);
+  if (trace_.enabled()) trace_.record(TraceAction::alloc, addr, rounded_size(owner), stream);
   *ptr = reinterpret_cast<void*>(addr);
   if (settings_.validate) check_after_operation("allocate");
   return Error::ok;
@@ -81,7 +87,7 @@ Error DeviceAllocator::try_allocate(StreamPool& pool, std::size_t size, std::uin
     return err;
   }
   Block* block = nullptr;
-  const Error err = allocate_large(pool, size, &block);
+  const Error err = allocate_large(pool, size, false, &block);
   if (err == Error::ok) {
     *addr = block->addr;
     *owner = reinterpret_cast<std::uintptr_t>(block);
@@ -104,6 +110,7 @@ Error DeviceAllocator::allocate_locked(std::size_t size, StreamHandle stream,
 
 Error DeviceAllocator::out_of_memory(std::size_t size, StreamHandle stream) {
   stats_.ooms.count();
+  if (trace_.enabled()) trace_.record(TraceAction::oom, 0, size, stream);
   const std::size_t cap = reserve_cap();
   std::size_t free_bytes = 0;
   std::size_t total = 0;
@@ -124,9 +131,7 @@ Error DeviceAllocator::out_of_memory(std::size_t size, StreamHandle stream) {
 void DeviceAllocator::record_allocation(std::uintptr_t addr, std::uintptr_t owner,
                                         std::size_t requested) {
   live_.insert(LiveEntry{addr, owner, requested});
-  const auto rounded = static_cast<std::int64_t>(
-      (owner & kSlabTag) ? reinterpret_cast<Slab*>(owner & ~kTagMask)->object_size
-                         : reinterpret_cast<Block*>(owner)->size);
+  const auto rounded = static_cast<std::int64_t>(rounded_size(owner));
   stats_.allocated_bytes.increase(rounded);
   stats_.allocated_count.count();
   stats_.requested_bytes.increase(static_cast<std::int64_t>(requested));
@@ -147,19 +152,17 @@ Error DeviceAllocator::deallocate(void* ptr) {
   }
   const LiveEntry e = *entry;
   live_.erase(entry);
-  const bool small = e.owner & kSlabTag;
-  const std::size_t rounded = small ? reinterpret_cast<Slab*>(e.owner & ~kTagMask)->object_size
-                                    : reinterpret_cast<Block*>(e.owner & ~kTagMask)->size;
+  const std::size_t rounded = rounded_size(e.owner);
+  if (trace_.enabled()) {
+    trace_.record(TraceAction::free_requested, addr, rounded, stream_of(e.owner));
+  }
   stats_.allocated_bytes.decrease(static_cast<std::int64_t>(rounded));
   stats_.allocated_count.decrease(1);
   stats_.requested_bytes.decrease(static_cast<std::int64_t>(e.requested));
   Error err = Error::ok;
   if (e.owner & kHasStreamUses) {
     auto uses = stream_uses_.extract(addr);
-    const StreamHandle alloc_stream =
-        small ? reinterpret_cast<Slab*>(e.owner & ~kTagMask)->pool->stream
-              : reinterpret_cast<Block*>(e.owner & ~kTagMask)->segment->pool->stream;
-    err = defer_free(e, alloc_stream, uses.mapped());
+    err = defer_free(e, stream_of(e.owner), uses.mapped());
   } else {
     complete_free(e.owner, addr, e.requested);
   }
@@ -169,15 +172,14 @@ Error DeviceAllocator::deallocate(void* ptr) {
 
 void DeviceAllocator::complete_free(std::uintptr_t owner, std::uintptr_t addr,
                                     std::size_t /*requested*/) {
-  std::size_t rounded = 0;
+  const std::size_t rounded = rounded_size(owner);
+  if (trace_.enabled()) {
+    trace_.record(TraceAction::free_completed, addr, rounded, stream_of(owner));
+  }
   if (owner & kSlabTag) {
-    Slab* slab = reinterpret_cast<Slab*>(owner & ~kTagMask);
-    rounded = slab->object_size;
-    free_small(slab, addr);
+    free_small(reinterpret_cast<Slab*>(owner & ~kTagMask), addr);
   } else {
-    Block* block = reinterpret_cast<Block*>(owner & ~kTagMask);
-    rounded = block->size;
-    free_block(block);
+    free_block(reinterpret_cast<Block*>(owner & ~kTagMask));
   }
   stats_.active_bytes.decrease(static_cast<std::int64_t>(rounded));
   stats_.active_count.decrease(1);
@@ -192,11 +194,7 @@ Error DeviceAllocator::record_stream(void* ptr, StreamHandle stream) {
                 "record_stream of %p on device %d: not a live allocation of cudalloc", ptr,
                 ordinal_);
   }
-  const bool small = entry->owner & kSlabTag;
-  const StreamHandle alloc_stream =
-      small ? reinterpret_cast<Slab*>(entry->owner & ~kTagMask)->pool->stream
-            : reinterpret_cast<Block*>(entry->owner & ~kTagMask)->segment->pool->stream;
-  if (stream == alloc_stream) return Error::ok;  // stream order already covers it
+  if (stream == stream_of(entry->owner)) return Error::ok;  // stream order covers it
   auto& uses = stream_uses_[entry->key];
   for (StreamHandle s : uses) {
     if (s == stream) return Error::ok;

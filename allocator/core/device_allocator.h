@@ -27,7 +27,9 @@
 #include "core/settings.h"
 #include "core/size_classes.h"
 #include "core/spin_lock.h"
+#include "core/state.h"
 #include "core/stats.h"
+#include "core/trace.h"
 #include "device/device.h"
 
 namespace cudalloc {
@@ -61,6 +63,9 @@ class DeviceAllocator {
   bool owns(const void* ptr) const;
   // Empty if every invariant holds, else a description of the first violation.
   std::string validate() const;
+  // A copy of the whole state (segments, blocks, slabs, stats, trace); see state.h.
+  DeviceState state() const;
+  const Settings& settings() const { return settings_; }
 
  private:
   // LiveEntry::owner tagging: Block* (large) or Slab* | kSlabTag.
@@ -69,6 +74,16 @@ class DeviceAllocator {
   static constexpr std::uintptr_t kTagMask = 3;
 
   StreamPool& pool_for(StreamHandle stream);
+  // The rounded size and the allocation stream of a live or pending allocation.
+  static std::size_t rounded_size(std::uintptr_t owner) {
+    return (owner & kSlabTag) ? reinterpret_cast<const Slab*>(owner & ~kTagMask)->object_size
+                              : reinterpret_cast<const Block*>(owner & ~kTagMask)->size;
+  }
+  static StreamHandle stream_of(std::uintptr_t owner) {
+    return (owner & kSlabTag)
+               ? reinterpret_cast<const Slab*>(owner & ~kTagMask)->pool->stream
+               : reinterpret_cast<const Block*>(owner & ~kTagMask)->segment->pool->stream;
+  }
 
   // slab_pool.cpp
   Error allocate_small(StreamPool& pool, std::size_t size, std::uintptr_t* addr, Slab** slab);
@@ -78,14 +93,14 @@ class DeviceAllocator {
   void release_empty_slabs();
 
   // block_pool.cpp
-  Error allocate_large(StreamPool& pool, std::size_t size, Block** out);
+  Error allocate_large(StreamPool& pool, std::size_t size, bool slab, Block** out);
   Block* take_free_block(StreamPool& pool, std::size_t size);
   Block* steal_segment(StreamPool& pool, std::size_t size);
-  Error new_segment(StreamPool& pool, std::size_t size, Block** out);
+  Error new_segment(StreamPool& pool, std::size_t size, bool slab, Block** out);
   void order_after_stream(StreamHandle earlier, StreamHandle later);
   void insert_free(StreamPool& pool, Block* block);
   void erase_free(StreamPool& pool, Block* block);
-  std::size_t segment_size_for(std::size_t size) const;
+  std::size_t segment_size_for(std::size_t size, bool slab) const;
   void split(StreamPool& pool, Block* block, std::size_t size);
   void free_block(Block* block);
   std::size_t release_free_segments();
@@ -125,6 +140,7 @@ class DeviceAllocator {
   std::vector<PendingFree> pending_;
   std::vector<EventHandle> idle_events_;
   Stats stats_;
+  TraceRing trace_;
 };
 
 }  // namespace cudalloc

@@ -30,8 +30,6 @@ Error fail(Error e, const char* format, ...) {
   return e;
 }
 
-void clear_last_error() { t_message[0] = '\0'; }
-
 const char* last_error_message() { return t_message; }
 
 }  // namespace cudalloc

@@ -22,7 +22,6 @@ const char* error_name(Error e);
 
 // Formats the calling thread's last error message (printf style) and returns `e`.
 Error fail(Error e, const char* format, ...) __attribute__((format(printf, 2, 3)));
-void clear_last_error();
 const char* last_error_message();
 
 }  // namespace cudalloc

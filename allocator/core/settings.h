@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "util/units.h"
 
@@ -22,6 +23,12 @@ struct Settings {
   std::size_t slab_keep = 1;
   // Run the invariant checker after every operation (slow; for debugging).
   bool validate = false;
+  // Events kept per device in the trace ring buffer (0: no trace).
+  std::size_t trace = 0;
+  // Snapshot files written when an allocation fails for lack of memory, and at exit ("" =
+  // none). "%p" expands to the process id.
+  std::string snapshot_on_oom;
+  std::string snapshot_at_exit;
 };
 
 }  // namespace cudalloc

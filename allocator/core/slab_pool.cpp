@@ -43,7 +43,7 @@ Error DeviceAllocator::allocate_small(StreamPool& pool, std::size_t size, std::u
 
 Slab* DeviceAllocator::new_slab(StreamPool& pool, int cls) {
   Block* block = nullptr;
-  if (allocate_large(pool, classes_.slab_bytes(cls), &block) != Error::ok) return nullptr;
+  if (allocate_large(pool, classes_.slab_bytes(cls), true, &block) != Error::ok) return nullptr;
   auto* slab = new Slab;
   slab->block = block;
   slab->pool = &pool;

@@ -42,7 +42,8 @@ static int64_t stat_value(const cudalloc_stats_t* s, const char* name, int peak)
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? atoi(argv[1]) : 200;
   cudaStream_t compute = (cudaStream_t)0;
-  cudaStream_t comm = (cudaStream_t)(uintptr_t)0x7;  /* an opaque second stream id */
+  /* The per-thread default stream (cudaStreamPerThread), valid without creating a stream. */
+  cudaStream_t comm = (cudaStream_t)(uintptr_t)0x2;
   if (cudalloc_device_count() < 1) {
     fprintf(stderr, "no device: %s\n", cudalloc_last_error_string());
     return 77;

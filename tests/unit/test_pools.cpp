@@ -105,8 +105,11 @@ TEST_CASE("requests above half a shared segment get their own segment", "[pools]
   Harness h;
   void* a = h.get(11 * MiB + 5);
   CHECK(h.stats().reserved_bytes.current == std::int64_t(12 * MiB));
-  void* b = h.get(1 * MiB + 1);  // above slab_max: a 2 MiB segment
-  CHECK(h.stats().reserved_bytes.current == std::int64_t(14 * MiB));
+  void* b = h.get(1 * MiB + 1);  // above 1 MiB: a shared 20 MiB segment
+  CHECK(h.stats().reserved_bytes.current == std::int64_t(32 * MiB));
+  void* c = h.get(300 * KiB);  // best fit: the free rest of b's segment
+  CHECK(h.stats().reserved_bytes.current == std::int64_t(32 * MiB));
+  h.put(c);
   h.put(a);
   h.put(b);
 }

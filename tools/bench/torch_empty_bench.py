@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Times `x = torch.empty(n, dtype=torch.uint8, device='cuda'); del x` from Python, with
-PyTorch's native allocator and with cudalloc (cudalloc.enable()), each in its own process.
+PyTorch's native allocator, with cudalloc (cudalloc.enable()) and with the cheapest possible
+pluggable allocator (libpluggable_floor.so next to libcudalloc.so: the cost of PyTorch's
+pluggable wrapper itself), each in its own process.
 
     python3 tools/bench/torch_empty_bench.py [--json PATH] [--iters N] [--runs R]
 
@@ -18,7 +20,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_DIR = os.path.normpath(os.path.join(HERE, "..", "python"))
 SIZES = [512, 64 << 10, 1 << 20, 64 << 20]
-MODES = ["native", "cudalloc"]
+MODES = ["native", "cudalloc", "floor"]
 RESULT_TAG = "RESULT "
 
 
@@ -48,12 +50,22 @@ def _time_size(torch, n, iters, runs, warmup):
     return {"median_us": statistics.median(times), "min_us": min(times), "runs_us": times}
 
 
+def _enable_floor():
+    import torch
+    cudalloc = _import_cudalloc()
+    path = os.path.join(os.path.dirname(cudalloc.library_path()), "libpluggable_floor.so")
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "floor_malloc", "floor_free")
+    torch.cuda.memory.change_current_allocator(alloc)
+
+
 def child_main(mode, iters, runs, warmup):
     meta = {"mode": mode}
     if mode == "cudalloc":
         cudalloc = _import_cudalloc()
         cudalloc.enable()  # before the first CUDA tensor
         meta.update(cudalloc_version=cudalloc.version(), library=cudalloc.library_path())
+    if mode == "floor":
+        _enable_floor()
     import torch
     torch.empty(1, device="cuda")  # initialise CUDA outside the timed loops
     meta.update(torch=torch.__version__, device=torch.cuda.get_device_name())
@@ -93,16 +105,18 @@ def print_table(results, args):
         if r:
             extra = f", cudalloc {r['cudalloc_version']}" if "cudalloc_version" in r else ""
             print(f"  {mode}: torch {r['torch']} on {r['device']}{extra}")
-    print(f"{'size':>8} | {'native':>16} | {'cudalloc':>16} | {'cudalloc/native':>15}")
-    print("-" * 66)
+    print(f"{'size':>8} | {'native':>16} | {'cudalloc':>16} | {'pluggable floor':>16} | "
+          f"{'cudalloc/native':>15}")
+    print("-" * 85)
     for n in SIZES:
         cells = []
         for mode in MODES:
             med, best = (_figure(results.get(mode), n, k) for k in ("median_us", "min_us"))
             cells.append(f"{med:7.3f} ({best:6.3f})" if med is not None else "n/a")
-        nat, cud = (_figure(results.get(m), n) for m in MODES)
+        nat, cud = (_figure(results.get(m), n) for m in MODES[:2])
         ratio = f"{cud / nat:.2f}x" if nat and cud else "n/a"
-        print(f"{_size_name(n):>8} | {cells[0]:>16} | {cells[1]:>16} | {ratio:>15}")
+        print(f"{_size_name(n):>8} | {cells[0]:>16} | {cells[1]:>16} | {cells[2]:>16} | "
+              f"{ratio:>15}")
 
 
 def parse_args(argv):

@@ -10,5 +10,8 @@ namespace cudalloc::cli {
 using Args = std::vector<std::string>;
 
 int options_command(const Args& args);
+int replay_command(const Args& args);
+int inspect_command(const Args& args);
+int convert_command(const Args& args);
 
 }  // namespace cudalloc::cli

@@ -16,6 +16,12 @@ struct Command {
 constexpr Command kCommands[] = {
     {"options", "list CUDALLOC_CONF keys (--markdown for the reference), check --conf CONF",
      cudalloc::cli::options_command},
+    {"replay", "replay a trace through cudalloc and PyTorch's rules on a simulated device",
+     cudalloc::cli::replay_command},
+    {"inspect", "summarize a snapshot: memory, fragmentation, largest blocks, segment map",
+     cudalloc::cli::inspect_command},
+    {"convert", "convert a snapshot between JSON and PyTorch's pickle (-o OUT.pickle|.json)",
+     cudalloc::cli::convert_command},
 };
 
 int usage(FILE* out) {

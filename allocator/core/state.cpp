@@ -1,0 +1,105 @@
+// DeviceAllocator::state(): a copy of everything, for snapshots and inspection.
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/device_allocator.h"
+
+namespace cudalloc {
+namespace {
+
+struct SlotInfo {
+  std::size_t requested;
+  BlockState::Kind kind;
+};
+
+// Expands a slab block into its objects: one block per live or pending object, one free block
+// per run of free slots (and for the unused tail).
+void expand_slab(const Slab& slab, const std::unordered_map<std::uintptr_t, SlotInfo>& slots,
+                 std::vector<BlockState>& out) {
+  BlockState free_run;
+  auto flush = [&] {
+    if (free_run.size > 0) out.push_back(free_run);
+    free_run = BlockState{};
+  };
+  for (std::uint32_t i = 0; i < slab.capacity; ++i) {
+    const std::uintptr_t a = slab.base() + std::uintptr_t{i} * slab.object_size;
+    auto it = slots.find(a);
+    if (it == slots.end()) {
+      if (free_run.size == 0) free_run.addr = a;
+      free_run.size += slab.object_size;
+      continue;
+    }
+    flush();
+    out.push_back(BlockState{a, slab.object_size, it->second.requested, it->second.kind});
+  }
+  const std::size_t used = std::size_t{slab.capacity} * slab.object_size;
+  if (used < slab.block->size) {
+    if (free_run.size == 0) free_run.addr = slab.base() + used;
+    free_run.size += slab.block->size - used;
+  }
+  flush();
+}
+
+}  // namespace
+
+DeviceState DeviceAllocator::state() const {
+  std::lock_guard lock(lock_);
+  DeviceState st;
+  st.device = ordinal_;
+  st.backend = device_.name();
+  st.stats = stats_;
+  st.settings = settings_;
+  st.reserve_cap = reserve_cap();
+  st.device_total = device_total_;
+  st.trace = trace_.events();
+  st.trace_dropped = trace_.dropped();
+
+  std::unordered_map<std::uintptr_t, SlotInfo> slab_objects;
+  std::unordered_map<const Block*, std::size_t> block_requested;
+  live_.for_each([&](const LiveEntry& e) {
+    if (e.owner & kSlabTag) {
+      slab_objects[e.key] = SlotInfo{e.requested, BlockState::Kind::allocated};
+    } else {
+      block_requested[reinterpret_cast<const Block*>(e.owner & ~kTagMask)] = e.requested;
+    }
+  });
+  for (const PendingFree& p : pending_) {
+    if (p.owner & kSlabTag) {
+      slab_objects[p.addr] = SlotInfo{p.requested, BlockState::Kind::pending};
+    } else {
+      block_requested[reinterpret_cast<const Block*>(p.owner & ~kTagMask)] = p.requested;
+    }
+  }
+  for (const auto& [stream, pool] : pools_) {
+    for (const Segment* seg : pool->segments) {
+      SegmentState s;
+      s.base = seg->base;
+      s.size = seg->size;
+      s.stream = stream;
+      for (const Block* b = seg->first; b != nullptr; b = b->next) {
+        if (b->state == Block::State::slab) {
+          s.has_slabs = true;
+          s.slabs.push_back(SlabState{b->addr, b->size, b->slab->object_size, b->slab->capacity,
+                                      b->slab->used});
+          expand_slab(*b->slab, slab_objects, s.blocks);
+          continue;
+        }
+        BlockState bs{b->addr, b->size, 0, BlockState::Kind::free};
+        if (b->state != Block::State::free) {
+          bs.kind = b->state == Block::State::pending ? BlockState::Kind::pending
+                                                      : BlockState::Kind::allocated;
+          auto it = block_requested.find(b);
+          bs.requested = it == block_requested.end() ? b->size : it->second;
+        }
+        s.blocks.push_back(bs);
+      }
+      st.segments.push_back(std::move(s));
+    }
+  }
+  std::sort(st.segments.begin(), st.segments.end(),
+            [](const SegmentState& a, const SegmentState& b) { return a.base < b.base; });
+  return st;
+}
+
+}  // namespace cudalloc

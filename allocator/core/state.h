@@ -1,0 +1,52 @@
+// A copy of one device's allocator state, taken under its lock and then read without it
+// (snapshots, inspect). Slabs appear in the schema's terms: each live object is an allocated
+// block, each run of free slots one free block.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/settings.h"
+#include "core/stats.h"
+#include "core/trace.h"
+
+namespace cudalloc {
+
+struct BlockState {
+  enum class Kind { allocated, pending, free };
+  std::uintptr_t addr = 0;
+  std::size_t size = 0;
+  std::size_t requested = 0;
+  Kind kind = Kind::free;
+};
+
+struct SlabState {
+  std::uintptr_t addr = 0;
+  std::size_t bytes = 0;
+  std::size_t object_size = 0;
+  std::size_t capacity = 0;
+  std::size_t used = 0;
+};
+
+struct SegmentState {
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  device::StreamHandle stream = 0;
+  bool has_slabs = false;
+  std::vector<BlockState> blocks;  // address order, covering the segment
+  std::vector<SlabState> slabs;
+};
+
+struct DeviceState {
+  int device = 0;
+  std::string backend;
+  Stats stats;
+  Settings settings;
+  std::size_t reserve_cap = 0;  // 0: none
+  std::size_t device_total = 0;
+  std::vector<SegmentState> segments;  // address order
+  std::vector<TraceEvent> trace;
+  std::uint64_t trace_dropped = 0;
+};
+
+}  // namespace cudalloc

@@ -1,0 +1,146 @@
+#include "snapshot/snapshot_json.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include "api/cudalloc.h"
+#include "api/options.h"
+
+namespace cudalloc::snapshot {
+namespace {
+
+using nlohmann::json;
+
+const char* block_state_name(BlockState::Kind kind) {
+  switch (kind) {
+    case BlockState::Kind::allocated: return "active_allocated";
+    case BlockState::Kind::pending: return "active_pending_free";
+    case BlockState::Kind::free: return "inactive";
+  }
+  return "inactive";
+}
+
+json segment_json(const DeviceState& d, const SegmentState& s) {
+  json blocks = json::array();
+  std::size_t allocated = 0, active = 0, requested = 0;
+  for (const BlockState& b : s.blocks) {
+    if (b.kind != BlockState::Kind::free) {
+      active += b.size;
+      requested += b.requested;
+      if (b.kind == BlockState::Kind::allocated) allocated += b.size;
+    }
+    blocks.push_back({{"address", b.addr},
+                      {"size", b.size},
+                      {"requested_size", b.requested},
+                      {"state", block_state_name(b.kind)},
+                      {"frames", json::array()}});
+  }
+  return {{"device", d.device},
+          {"address", s.base},
+          {"total_size", s.size},
+          {"allocated_size", allocated},
+          {"active_size", active},
+          {"requested_size", requested},
+          {"stream", s.stream},
+          {"segment_type", s.has_slabs ? "small" : "large"},
+          {"segment_pool_id", json::array({0, 0})},
+          {"is_expandable", false},
+          {"frames", json::array()},
+          {"blocks", std::move(blocks)}};
+}
+
+json trace_json(const DeviceState& d) {
+  json events = json::array();
+  for (const TraceEvent& e : d.trace) {
+    json ev = {{"action", trace_action_name(e.action)},
+               {"addr", e.addr},
+               {"size", e.size},
+               {"stream", e.stream},
+               {"time_us", e.time_us},
+               {"frames", json::array()}};
+    if (e.action == TraceAction::oom) {
+      // PyTorch's oom entries carry the device's free memory in place of an address.
+      const auto reserved = static_cast<std::size_t>(d.stats.reserved_bytes.current);
+      const std::size_t limit = d.reserve_cap != 0 ? d.reserve_cap : d.device_total;
+      ev["device_free"] = limit > reserved ? limit - reserved : 0;
+    }
+    events.push_back(std::move(ev));
+  }
+  return events;
+}
+
+json settings_json(const Settings& settings) {
+  json out = json::object();
+  for (const Option& o : options()) out[o.key] = o.get(settings);
+  return out;
+}
+
+json device_json(const DeviceState& d) {
+  json stats = json::object();
+  d.stats.for_each([&](std::string_view name, std::string_view, const Stat& s) {
+    stats[std::string(name)] = {{"current", s.current}, {"peak", s.peak}, {"total", s.total}};
+  });
+  json slabs = json::array();
+  for (const SegmentState& s : d.segments) {
+    for (const SlabState& slab : s.slabs) {
+      slabs.push_back({{"address", slab.addr}, {"bytes", slab.bytes},
+                       {"object_size", slab.object_size}, {"capacity", slab.capacity},
+                       {"used", slab.used}, {"stream", s.stream}});
+    }
+  }
+  return {{"device", d.device},         {"backend", d.backend},
+          {"device_total", d.device_total}, {"reserve_cap", d.reserve_cap},
+          {"stats", std::move(stats)},  {"slabs", std::move(slabs)},
+          {"trace_events", d.trace.size()}, {"trace_dropped", d.trace_dropped}};
+}
+
+}  // namespace
+
+json snapshot_json(const std::vector<DeviceState>& devices, const std::string& conf) {
+  json segments = json::array();
+  int max_device = -1;
+  for (const DeviceState& d : devices) {
+    for (const SegmentState& s : d.segments) segments.push_back(segment_json(d, s));
+    max_device = std::max(max_device, d.device);
+  }
+  json traces = json::array();
+  for (int i = 0; i <= max_device; ++i) traces.push_back(json::array());
+  json device_info = json::array();
+  for (const DeviceState& d : devices) {
+    traces[static_cast<std::size_t>(d.device)] = trace_json(d);
+    device_info.push_back(device_json(d));
+  }
+  const Settings settings = devices.empty() ? Settings{} : devices.front().settings;
+  json allocator_settings = settings_json(settings);
+  allocator_settings["CUDALLOC_CONF"] = conf;
+  allocator_settings["expandable_segments"] = false;
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return {{"segments", std::move(segments)},
+          {"device_traces", std::move(traces)},
+          {"allocator_settings", std::move(allocator_settings)},
+          {"external_annotations", json::array()},
+          {"cudalloc",
+           {{"schema_version", kSchemaVersion},
+            {"version", cudalloc_version_string()},
+            {"conf", conf},
+            {"settings", settings_json(settings)},
+            {"pid", static_cast<long>(::getpid())},
+            {"time_us", std::chrono::duration_cast<std::chrono::microseconds>(now).count()},
+            {"devices", std::move(device_info)}}}};
+}
+
+std::string expand_path(const std::string& path) {
+  std::string out;
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
+      out += std::to_string(::getpid());
+      ++i;
+    } else {
+      out += path[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace cudalloc::snapshot

@@ -1,0 +1,108 @@
+#include <catch2/catch.hpp>
+
+#include "replay/plan.h"
+#include "replay/pytorch_model.h"
+#include "replay/runner.h"
+#include "util/units.h"
+
+using namespace cudalloc;
+using namespace cudalloc::replay;
+using snapshot::TraceRecord;
+
+namespace {
+
+TraceRecord alloc(std::uint64_t addr, std::uint64_t size) {
+  return {TraceAction::alloc, addr, size, 0, 0};
+}
+TraceRecord release(std::uint64_t addr) { return {TraceAction::free_completed, addr, 0, 0, 0}; }
+
+}  // namespace
+
+TEST_CASE("a plan resolves addresses to reusable slots and tracks peak live bytes",
+          "[replay]") {
+  Plan plan;
+  std::string error;
+  REQUIRE(make_plan({alloc(1, 100), alloc(2, 300), release(1), alloc(1, 50),
+                     {TraceAction::free_requested, 2, 300, 0, 0}, release(2), release(1)},
+                    0, false, &plan, &error));
+  CHECK(plan.ops.size() == 6);
+  CHECK(plan.slots == 2);
+  CHECK(plan.peak_live_bytes == 400);
+  CHECK(plan.ignored_events == 1);
+  CHECK(plan.ops[3].slot == plan.ops[0].slot);  // slot reused
+}
+
+TEST_CASE("inconsistent traces fail with the event index, or are skipped on request",
+          "[replay][errors]") {
+  const std::vector<TraceRecord> bad = {alloc(1, 100), release(9), alloc(1, 100), release(1)};
+  Plan plan;
+  std::string error;
+  CHECK_FALSE(make_plan(bad, 0, false, &plan, &error));
+  CHECK(error.find("event 1") != std::string::npos);
+  CHECK(error.find("not live") != std::string::npos);
+  Plan skipped;
+  REQUIRE(make_plan(bad, 0, true, &skipped, &error));
+  CHECK(skipped.skipped_events == 2);  // the unknown free and the double alloc
+  CHECK(skipped.ops.size() == 2);
+}
+
+TEST_CASE("the PyTorch model follows PyTorch's segment and split rules", "[replay][pytorch]") {
+  PytorchModel m(std::uint64_t(1) << 40);
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  void* d = nullptr;
+  REQUIRE(m.allocate(100, 0, &a));  // small pool: one 2 MiB segment
+  CHECK(m.reserved() == 2 * MiB);
+  REQUIRE(m.allocate(3 * MiB, 0, &b));  // 1..10 MiB: a 20 MiB segment
+  REQUIRE(m.allocate(3 * MiB, 0, &c));  // split from it
+  CHECK(m.reserved() == 22 * MiB);
+  REQUIRE(m.allocate(11 * MiB + 1, 0, &d));  // best fit: the 14 MiB rest of that segment
+  CHECK(m.reserved() == 22 * MiB);
+  void* e = nullptr;
+  REQUIRE(m.allocate(15 * MiB, 0, &e));  // nothing fits; >= 10 MiB: its own, 2 MiB rounded
+  CHECK(m.reserved() == 38 * MiB);
+  REQUIRE(m.allocate(3 * MiB, 1, &a));  // another stream never shares a block
+  CHECK(m.reserved() == 58 * MiB);
+  m.free(b);
+  m.free(c);
+  m.free(d);
+  m.free(e);
+  CHECK(m.peak_reserved() == 58 * MiB);
+  CHECK(m.segment_allocs() == 4);
+}
+
+TEST_CASE("the PyTorch model releases free segments when out of memory", "[replay][pytorch]") {
+  PytorchModel m(40 * MiB);
+  void* a = nullptr;
+  REQUIRE(m.allocate(30 * MiB, 0, &a));
+  m.free(a);
+  void* b = nullptr;
+  REQUIRE(m.allocate(36 * MiB, 0, &b));
+  CHECK(m.segment_frees() == 1);
+  void* c = nullptr;
+  CHECK_FALSE(m.allocate(8 * MiB, 0, &c));
+}
+
+TEST_CASE("both policies replay a plan and report their reserved memory", "[replay]") {
+  std::vector<TraceRecord> events;
+  for (std::uint64_t step = 0; step < 50; ++step) {
+    for (std::uint64_t i = 0; i < 20; ++i) events.push_back(alloc(1000 + i, (i + 1) * 300 * KiB));
+    for (std::uint64_t i = 0; i < 20; ++i) events.push_back(release(1000 + i));
+  }
+  Plan plan;
+  std::string error;
+  REQUIRE(make_plan(events, 0, false, &plan, &error));
+  const PolicyResult c = run_cudalloc(plan, Settings{}, std::uint64_t(1) << 40);
+  const PolicyResult p = run_pytorch(plan, std::uint64_t(1) << 40);
+  CHECK(c.problem.empty());
+  CHECK(c.oom_events == 0);
+  CHECK(c.peak_reserved_bytes >= plan.peak_live_bytes);
+  CHECK(p.peak_reserved_bytes >= plan.peak_live_bytes);
+  CHECK(c.device_allocs > 0);
+  // Steady state: after the first step every allocation is served from the cache.
+  CHECK(c.device_allocs < 20);
+  const PolicyResult tight = run_cudalloc(plan, Settings{}, 8 * MiB);
+  CHECK(tight.oom_events > 0);
+  CHECK(tight.problem.empty());
+}

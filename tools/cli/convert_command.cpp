@@ -1,0 +1,68 @@
+// `cudalloc convert SNAPSHOT -o OUT`: between JSON (cudalloc's or PyTorch's schema, optionally
+// gzip-compressed) and the pickle that PyTorch's own tools read
+// (python -m torch.cuda._memory_viz, pytorch.org/memory_viz). The output format follows OUT's
+// extension: .pickle/.pkl, .json or .json.gz.
+#include <zlib.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "snapshot/pickle.h"
+#include "snapshot/trace_reader.h"
+
+namespace cudalloc::cli {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool write_output(const std::string& path, const std::string& data, bool gzip) {
+  if (gzip) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    if (f == nullptr) return false;
+    const bool ok = gzwrite(f, data.data(), unsigned(data.size())) == int(data.size());
+    return gzclose(f) == Z_OK && ok;
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << data;
+  return out.good();
+}
+
+}  // namespace
+
+int convert_command(const Args& args) {
+  std::string in, out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if ((args[i] == "-o" || args[i] == "--output") && i + 1 < args.size()) {
+      out = args[++i];
+    } else if (in.empty() && !args[i].empty() && args[i][0] != '-') {
+      in = args[i];
+    } else {
+      in.clear();
+      break;
+    }
+  }
+  const bool to_pickle = ends_with(out, ".pickle") || ends_with(out, ".pkl");
+  const bool to_json = ends_with(out, ".json") || ends_with(out, ".json.gz");
+  if (in.empty() || !(to_pickle || to_json)) {
+    std::fputs("usage: cudalloc convert SNAPSHOT -o OUT.pickle|OUT.json|OUT.json.gz\n", stderr);
+    return 2;
+  }
+  nlohmann::json doc;
+  std::string error;
+  if (!snapshot::read_snapshot(in, &doc, &error)) {
+    std::fprintf(stderr, "cudalloc convert: %s\n", error.c_str());
+    return 2;
+  }
+  const std::string data = to_pickle ? snapshot::json_to_pickle(doc) : doc.dump();
+  if (!write_output(out, data, ends_with(out, ".gz"))) {
+    std::fprintf(stderr, "cudalloc convert: cannot write %s\n", out.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace cudalloc::cli

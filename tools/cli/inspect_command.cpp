@@ -1,0 +1,193 @@
+// `cudalloc inspect SNAPSHOT [--size BYTES] [--top N] [--width W] [--json]`
+// Per device: reserved, allocated, active and cached memory, fragmentation figures (largest
+// free block against all free memory, free memory in pieces too small for --size), the
+// largest segments and allocations, and a map of every segment.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "snapshot/trace_reader.h"
+#include "util/units.h"
+
+namespace cudalloc::cli {
+namespace {
+
+using nlohmann::json;
+
+struct DeviceSummary {
+  std::uint64_t reserved = 0, allocated = 0, active = 0, requested = 0;
+  std::uint64_t free_total = 0, largest_free = 0, free_too_small = 0;
+  std::uint64_t free_blocks = 0, allocations = 0;
+  std::vector<const json*> segments;
+};
+
+std::uint64_t u64(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<std::uint64_t>() : 0;
+}
+
+std::map<int, DeviceSummary> summarize(const json& doc, std::uint64_t size) {
+  std::map<int, DeviceSummary> devices;
+  for (const json& seg : doc["segments"]) {  // by reference: summaries point into doc
+    DeviceSummary& d = devices[seg.value("device", 0)];
+    d.segments.push_back(&seg);
+    d.reserved += u64(seg, "total_size");
+    d.allocated += u64(seg, "allocated_size");
+    d.active += u64(seg, "active_size");
+    d.requested += u64(seg, "requested_size");
+    for (const json& b : seg.value("blocks", json::array())) {
+      const std::uint64_t bytes = u64(b, "size");
+      if (b.value("state", "") != "inactive") {
+        ++d.allocations;
+        continue;
+      }
+      ++d.free_blocks;
+      d.free_total += bytes;
+      d.largest_free = std::max(d.largest_free, bytes);
+      if (bytes < size) d.free_too_small += bytes;
+    }
+  }
+  return devices;
+}
+
+// One character per width-th of the segment: '#' allocated, 'p' pending free, '.' free.
+std::string segment_map(const json& seg, int width) {
+  const double total = double(u64(seg, "total_size"));
+  std::vector<double> cells(std::size_t(width), 0.0), used(std::size_t(width), 0.0),
+      pending(std::size_t(width), 0.0);
+  const std::uint64_t base = u64(seg, "address");
+  for (const json& b : seg.value("blocks", json::array())) {
+    const std::string state = b.value("state", "");
+    const double start = double(u64(b, "address") - base), end = start + double(u64(b, "size"));
+    for (int c = 0; c < width; ++c) {
+      const double lo = total * c / width, hi = total * (c + 1) / width;
+      const double overlap = std::max(0.0, std::min(end, hi) - std::max(start, lo));
+      if (state == "active_allocated") used[std::size_t(c)] += overlap;
+      if (state == "active_pending_free") pending[std::size_t(c)] += overlap;
+      cells[std::size_t(c)] = hi - lo;
+    }
+  }
+  std::string out;
+  for (int c = 0; c < width; ++c) {
+    const auto i = std::size_t(c);
+    out += pending[i] > cells[i] / 2 ? 'p' : used[i] + pending[i] > cells[i] / 2 ? '#' : '.';
+  }
+  return out;
+}
+
+void print_device(int device, const DeviceSummary& d, std::uint64_t size, std::size_t top,
+                  int width) {
+  const auto fb = [](std::uint64_t v) { return format_bytes(v); };
+  std::printf("device %d: %zu segments\n", device, d.segments.size());
+  std::printf("  reserved   %12s\n  allocated  %12s  (%llu allocations, %s requested)\n",
+              fb(d.reserved).c_str(), fb(d.allocated).c_str(),
+              static_cast<unsigned long long>(d.allocations), fb(d.requested).c_str());
+  std::printf("  active     %12s\n  cached     %12s  (reserved - active)\n", fb(d.active).c_str(),
+              fb(d.reserved - d.active).c_str());
+  std::printf("  free: %s in %llu blocks, largest %s (%.1f%% of free)\n", fb(d.free_total).c_str(),
+              static_cast<unsigned long long>(d.free_blocks), fb(d.largest_free).c_str(),
+              d.free_total ? 100.0 * double(d.largest_free) / double(d.free_total) : 100.0);
+  std::printf("  free in pieces smaller than %s: %s\n", fb(size).c_str(), fb(d.free_too_small).c_str());
+
+  std::vector<const json*> segs = d.segments;
+  std::sort(segs.begin(), segs.end(), [](const json* a, const json* b) {
+    return u64(*a, "total_size") > u64(*b, "total_size");
+  });
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> blocks;  // size, address
+  for (const json* s : d.segments) {
+    for (const json& b : s->value("blocks", json::array())) {
+      if (b.value("state", "") == "active_allocated") blocks.emplace_back(u64(b, "size"), u64(b, "address"));
+    }
+  }
+  std::sort(blocks.rbegin(), blocks.rend());
+  std::printf("  largest allocations:\n");
+  for (std::size_t i = 0; i < std::min(top, blocks.size()); ++i) {
+    std::printf("    %#14llx %12s\n", static_cast<unsigned long long>(blocks[i].second),
+                fb(blocks[i].first).c_str());
+  }
+  std::printf("  segments (largest first; # allocated, p pending free, . free):\n");
+  for (std::size_t i = 0; i < std::min(top, segs.size()); ++i) {
+    const json& s = *segs[i];
+    std::printf("    %#14llx %10s %-5s %s\n", static_cast<unsigned long long>(u64(s, "address")),
+                fb(u64(s, "total_size")).c_str(), s.value("segment_type", "").c_str(),
+                segment_map(s, width).c_str());
+  }
+  if (segs.size() > top) std::printf("    ... %zu more (--top)\n", segs.size() - top);
+}
+
+json device_json(int device, const DeviceSummary& d, std::uint64_t size) {
+  return {{"device", device},
+          {"segments", d.segments.size()},
+          {"reserved_bytes", d.reserved},
+          {"allocated_bytes", d.allocated},
+          {"active_bytes", d.active},
+          {"requested_bytes", d.requested},
+          {"cached_bytes", d.reserved - d.active},
+          {"allocations", d.allocations},
+          {"free_blocks", d.free_blocks},
+          {"free_bytes", d.free_total},
+          {"largest_free_block", d.largest_free},
+          {"free_smaller_than_size", d.free_too_small},
+          {"size", size}};
+}
+
+}  // namespace
+
+int inspect_command(const Args& args) {
+  std::string path;
+  std::size_t size = std::size_t{1} << 20, top = 10;
+  int width = 64;
+  bool as_json = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const bool has_value = i + 1 < args.size();
+    if (args[i] == "--json") {
+      as_json = true;
+    } else if (args[i] == "--size" && has_value && parse_bytes(args[i + 1], &size) && size > 0) {
+      ++i;
+    } else if (args[i] == "--top" && has_value) {
+      top = std::size_t(std::max(0, std::atoi(args[++i].c_str())));
+    } else if (args[i] == "--width" && has_value) {
+      width = std::clamp(std::atoi(args[++i].c_str()), 8, 400);
+    } else if (path.empty() && !args[i].empty() && args[i][0] != '-') {
+      path = args[i];
+    } else {
+      path.clear();
+      break;
+    }
+  }
+  if (path.empty()) {
+    std::fputs("usage: cudalloc inspect SNAPSHOT [--size BYTES] [--top N] [--width W] [--json]\n"
+               "  SNAPSHOT: JSON (cudalloc or PyTorch schema), .json.gz or a PyTorch pickle\n"
+               "  --size: report the free memory in pieces smaller than this (default 1M)\n",
+               stderr);
+    return 2;
+  }
+  json doc;
+  std::string error;
+  if (!snapshot::read_snapshot(path, &doc, &error)) {
+    std::fprintf(stderr, "cudalloc inspect: %s\n", error.c_str());
+    return 2;
+  }
+  if (!doc.is_object() || !doc.contains("segments") || !doc["segments"].is_array()) {
+    std::fprintf(stderr, "cudalloc inspect: %s has no segments list\n", path.c_str());
+    return 2;
+  }
+  const auto devices = summarize(doc, size);
+  if (as_json) {
+    json out = json::array();
+    for (const auto& [device, d] : devices) out.push_back(device_json(device, d, size));
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  if (devices.empty()) std::printf("no segments: nothing is reserved\n");
+  for (const auto& [device, d] : devices) print_device(device, d, size, top, width);
+  if (doc.contains("cudalloc")) {
+    std::printf("cudalloc %s, CUDALLOC_CONF='%s'\n", doc["cudalloc"].value("version", "?").c_str(),
+                doc["cudalloc"].value("conf", "").c_str());
+  }
+  return 0;
+}
+
+}  // namespace cudalloc::cli

@@ -1,0 +1,242 @@
+// `cudalloc replay TRACE... [--conf CONF] [--capacity BYTES] [--policy P] [--json] [--table]
+//                           [--skip-inconsistent]`
+// Replays the alloc / free_completed events of each trace through cudalloc on a simulated
+// device and, for comparison in the same run, through a model of PyTorch's native allocator.
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "api/options.h"
+#include "cli/commands.h"
+#include "replay/plan.h"
+#include "replay/runner.h"
+#include "util/units.h"
+
+namespace cudalloc::cli {
+namespace {
+
+using nlohmann::json;
+
+struct ReplayArgs {
+  std::vector<std::string> traces;
+  std::string conf;
+  std::uint64_t capacity = std::uint64_t{1} << 40;
+  std::string policy = "both";
+  bool json_out = false;
+  bool table = false;
+  bool skip_inconsistent = false;
+};
+
+constexpr const char* kUsage =
+    "usage: cudalloc replay TRACE... [--conf CONF] [--capacity BYTES] "
+    "[--policy cudalloc|pytorch|both] [--json] [--table] [--skip-inconsistent]\n"
+    "  TRACE: a snapshot with device_traces (JSON, .json.gz or PyTorch pickle) or an RMM log\n"
+    "  --conf      CUDALLOC_CONF settings for cudalloc (default: none)\n"
+    "  --capacity  simulated device memory (default 1T: no out-of-memory)\n"
+    "  --policy    which allocators to replay (default both)\n"
+    "  --json      one JSON object per trace\n"
+    "  --table     one Markdown table row per trace, with PyTorch's own figures\n"
+    "  --skip-inconsistent  skip frees of unknown addresses and double allocs, and count them\n";
+
+bool parse_args(const Args& args, ReplayArgs* r) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const bool has_value = i + 1 < args.size();
+    if (a == "--json") {
+      r->json_out = true;
+    } else if (a == "--table") {
+      r->table = true;
+    } else if (a == "--skip-inconsistent") {
+      r->skip_inconsistent = true;
+    } else if (a == "--conf" && has_value) {
+      r->conf = args[++i];
+    } else if (a == "--capacity" && has_value) {
+      std::size_t bytes = 0;
+      if (!parse_bytes(args[++i], &bytes) || bytes == 0) return false;
+      r->capacity = bytes;
+    } else if (a == "--policy" && has_value) {
+      r->policy = args[++i];
+      if (r->policy != "cudalloc" && r->policy != "pytorch" && r->policy != "both") return false;
+    } else if (!a.empty() && a[0] == '-') {
+      return false;
+    } else {
+      r->traces.push_back(a);
+    }
+  }
+  return !r->traces.empty();
+}
+
+json policy_json(const replay::PolicyResult& p, std::uint64_t peak_live) {
+  json j = {{"peak_reserved_bytes", p.peak_reserved_bytes},
+            {"final_reserved_bytes", p.final_reserved_bytes},
+            {"fragmentation", peak_live ? double(p.peak_reserved_bytes) / double(peak_live) : 0.0},
+            {"device_allocs", p.device_allocs},
+            {"device_frees", p.device_frees},
+            {"oom_events", p.oom_events},
+            {"replay_ns_per_event", p.replay_ns_per_event}};
+  if (!p.problem.empty()) j["invariant_violation"] = p.problem;
+  return j;
+}
+
+// PyTorch's own figures for the workload, when the trace's meta carries them.
+void add_reported(const json& meta, std::uint64_t peak_live, json* out) {
+  if (!meta.is_object()) return;
+  for (const char* mode : {"native", "expandable_segments"}) {
+    auto m = meta.find(mode);
+    if (m == meta.end() || !m->contains("peak_reserved")) continue;
+    const auto reserved = (*m)["peak_reserved"].get<std::uint64_t>();
+    (*out)["pytorch_reported"][mode] = {
+        {"peak_reserved_bytes", reserved},
+        {"fragmentation", peak_live ? double(reserved) / double(peak_live) : 0.0}};
+  }
+  if (meta.contains("workload")) (*out)["workload"] = meta["workload"];
+}
+
+// Replays one trace; returns the process exit code (0, or 2 for bad input).
+int replay_one(const ReplayArgs& args, const Settings& settings, const std::string& path,
+               json* out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  snapshot::TraceFile trace;
+  std::string error;
+  if (!snapshot::read_trace(path, &trace, &error)) {
+    std::fprintf(stderr, "cudalloc replay: %s: %s\n", path.c_str(), error.c_str());
+    return 2;
+  }
+  const double parse_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  *out = {{"trace", path}, {"format", trace.format}, {"parse_seconds", parse_seconds},
+          {"events", trace.events.size() + trace.other_events}};
+  std::uint64_t peak_live = 0, allocs = 0, frees = 0, skipped = 0;
+  replay::PolicyResult sum_c, sum_p;
+  double ns_c = 0, ns_p = 0, ops = 0;
+  for (int device : replay::trace_devices(trace.events)) {
+    replay::Plan plan;
+    if (!replay::make_plan(trace.events, device, args.skip_inconsistent, &plan, &error)) {
+      std::fprintf(stderr, "cudalloc replay: %s: %s\n", path.c_str(), error.c_str());
+      return 2;
+    }
+    peak_live += plan.peak_live_bytes;
+    allocs += plan.alloc_events;
+    frees += plan.free_events;
+    skipped += plan.skipped_events;
+    const double n = double(plan.ops.size());
+    ops += n;
+    auto add = [&](replay::PolicyResult& sum, const replay::PolicyResult& r, double& ns) {
+      sum.peak_reserved_bytes += r.peak_reserved_bytes;
+      sum.final_reserved_bytes += r.final_reserved_bytes;
+      sum.device_allocs += r.device_allocs;
+      sum.device_frees += r.device_frees;
+      sum.oom_events += r.oom_events;
+      if (sum.problem.empty()) sum.problem = r.problem;
+      ns += r.replay_ns_per_event * n;
+    };
+    if (args.policy != "pytorch") add(sum_c, replay::run_cudalloc(plan, settings, args.capacity), ns_c);
+    if (args.policy != "cudalloc") add(sum_p, replay::run_pytorch(plan, args.capacity), ns_p);
+  }
+  sum_c.replay_ns_per_event = ops ? ns_c / ops : 0;
+  sum_p.replay_ns_per_event = ops ? ns_p / ops : 0;
+  (*out)["alloc_events"] = allocs;
+  (*out)["free_events"] = frees;
+  (*out)["skipped_events"] = skipped;
+  (*out)["peak_live_bytes"] = peak_live;
+  if (args.policy != "pytorch") (*out)["policies"]["cudalloc"] = policy_json(sum_c, peak_live);
+  if (args.policy != "cudalloc") (*out)["policies"]["pytorch"] = policy_json(sum_p, peak_live);
+  // The headline figures are cudalloc's, unless only PyTorch's rules were replayed.
+  const json& main = (*out)["policies"][args.policy == "pytorch" ? "pytorch" : "cudalloc"];
+  for (const char* k : {"peak_reserved_bytes", "fragmentation", "device_allocs",
+                        "replay_ns_per_event", "oom_events"}) {
+    (*out)[k] = main[k];
+  }
+  add_reported(trace.meta, peak_live, out);
+  return 0;
+}
+
+void print_text(const json& r) {
+  std::printf("%s: %s events (%s), parsed in %.2f s\n", r["trace"].get<std::string>().c_str(),
+              std::to_string(r["events"].get<std::uint64_t>()).c_str(),
+              r["format"].get<std::string>().c_str(), r["parse_seconds"].get<double>());
+  std::printf("  peak live %s\n", format_bytes(r["peak_live_bytes"].get<std::uint64_t>()).c_str());
+  for (const auto& [name, p] : r["policies"].items()) {
+    std::printf("  %-9s peak reserved %-12s fragmentation %.3f  device allocs %-6s  %.1f ns/event%s\n",
+                name.c_str(), format_bytes(p["peak_reserved_bytes"].get<std::uint64_t>()).c_str(),
+                p["fragmentation"].get<double>(),
+                std::to_string(p["device_allocs"].get<std::uint64_t>()).c_str(),
+                p["replay_ns_per_event"].get<double>(),
+                p["oom_events"].get<std::uint64_t>() ? "  (allocations failed: see oom_events)" : "");
+  }
+  if (r.contains("pytorch_reported")) {
+    for (const auto& [mode, p] : r["pytorch_reported"].items()) {
+      std::printf("  PyTorch %s (measured on the GPU): fragmentation %.3f\n", mode.c_str(),
+                  p["fragmentation"].get<double>());
+    }
+  }
+}
+
+std::string cell(const json& r, const char* group, const char* name) {
+  if (!r.contains(group) || !r[group].contains(name)) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", r[group][name]["fragmentation"].get<double>());
+  return text;
+}
+
+void print_table_header() {
+  std::printf("| trace | events | peak live | PyTorch native | PyTorch expandable | "
+              "PyTorch rules (replay) | cudalloc | cudalloc ns/event | PyTorch rules ns/event |\n"
+              "|---|---|---|---|---|---|---|---|---|\n");
+}
+
+void print_table_row(const json& r) {
+  const auto ns = [&](const char* policy) -> std::string {
+    if (!r["policies"].contains(policy)) return "-";
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f", r["policies"][policy]["replay_ns_per_event"].get<double>());
+    return text;
+  };
+  std::string name = r.value("workload", r["trace"].get<std::string>());
+  std::printf("| %s | %llu | %s | %s | %s | %s | %s | %s | %s |\n", name.c_str(),
+              static_cast<unsigned long long>(r["events"].get<std::uint64_t>()),
+              format_bytes(r["peak_live_bytes"].get<std::uint64_t>()).c_str(),
+              cell(r, "pytorch_reported", "native").c_str(),
+              cell(r, "pytorch_reported", "expandable_segments").c_str(),
+              cell(r, "policies", "pytorch").c_str(), cell(r, "policies", "cudalloc").c_str(),
+              ns("cudalloc").c_str(), ns("pytorch").c_str());
+}
+
+}  // namespace
+
+int replay_command(const Args& args) {
+  ReplayArgs r;
+  if (!parse_args(args, &r)) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  Settings settings;
+  for (const std::string& w : parse_conf(r.conf, &settings)) {
+    std::fprintf(stderr, "warning: %s\n", w.c_str());
+  }
+  int status = 0;
+  if (r.table) print_table_header();
+  for (const std::string& trace : r.traces) {
+    json result;
+    if (int rc = replay_one(r, settings, trace, &result); rc != 0) {
+      status = rc;
+      continue;
+    }
+    if (r.json_out) {
+      std::printf("%s\n", result.dump().c_str());
+    } else if (r.table) {
+      print_table_row(result);
+    } else {
+      print_text(result);
+    }
+    if (result["policies"].contains("cudalloc") &&
+        result["policies"]["cudalloc"].contains("invariant_violation")) {
+      std::fprintf(stderr, "cudalloc replay: invariant violated: %s\n",
+                   result["policies"]["cudalloc"]["invariant_violation"].get<std::string>().c_str());
+      status = 1;
+    }
+  }
+  return status;
+}
+
+}  // namespace cudalloc::cli

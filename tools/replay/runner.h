@@ -1,0 +1,28 @@
+// Runs a replay plan through an allocator policy on a simulated device and measures it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/settings.h"
+#include "replay/plan.h"
+
+namespace cudalloc::replay {
+
+struct PolicyResult {
+  std::string policy;                 // "cudalloc" or "pytorch"
+  std::uint64_t peak_reserved_bytes = 0;
+  std::uint64_t final_reserved_bytes = 0;
+  std::uint64_t device_allocs = 0;    // segments obtained from the (simulated) driver
+  std::uint64_t device_frees = 0;
+  std::uint64_t oom_events = 0;       // allocations that failed; their frees are skipped
+  double replay_ns_per_event = 0;     // allocator time only
+  std::string problem;                // an invariant violation found after the replay
+};
+
+// cudalloc's own allocator (DeviceAllocator on a FakeDevice of `capacity` bytes).
+PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint64_t capacity);
+// PyTorch's native caching rules (PytorchModel).
+PolicyResult run_pytorch(const Plan& plan, std::uint64_t capacity);
+
+}  // namespace cudalloc::replay
