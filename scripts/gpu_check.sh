@@ -20,10 +20,12 @@ LOG=$OUT/gpu_check.log
 
 # Per-step wall-clock limits (s); together they stay under a 10-minute device call.
 LIMIT_SMI=30
-LIMIT_GPU_TEST=120
-LIMIT_BENCH=180
-LIMIT_TORCH_TRAIN=150
-LIMIT_TORCH_EMPTY=90
+LIMIT_GPU_TEST=90
+LIMIT_BENCH=120
+LIMIT_TORCH_TRAIN=100
+LIMIT_TORCH_EMPTY=60
+LIMIT_TORCH_SNAPSHOT=120
+LIMIT_LOOP=60
 
 STEP_NAMES=()
 STEP_RESULTS=()
@@ -146,5 +148,13 @@ fi
 
 run_python_step torch-train "$LIMIT_TORCH_TRAIN" tests/python/test_torch_train.py
 run_python_step torch-empty "$LIMIT_TORCH_EMPTY" tools/bench/torch_empty_bench.py
+run_python_step torch-snapshot "$LIMIT_TORCH_SNAPSHOT" tests/python/test_snapshot_tools.py
+
+LOOP=$(find_binary training_loop training_loop)
+if [ -n "$LOOP" ]; then
+  run_binary_step training-loop "$LIMIT_LOOP" "$LOOP" 300
+else
+  fail_step training-loop "training_loop not found under $BUILD"
+fi
 
 if print_summary; then exit 0; else exit 1; fi

@@ -1,11 +1,14 @@
 // The C API (cudalloc.h) over the process-wide allocator. Every entry point catches
 // everything: nothing is thrown into C callers.
 #include <new>
+#include <stdexcept>
+#include <string>
 
 #include "api/cudalloc.h"
 #include "api/hooks.h"
 #include "api/runtime.h"
 #include "core/log.h"
+#include "util/units.h"
 
 using namespace cudalloc;
 
@@ -152,10 +155,17 @@ cudalloc_error_t cudalloc_set_memory_limit(size_t bytes, int device) {
 
 void* cudalloc_malloc(size_t size, int device, cudaStream_t stream) {
   void* ptr = nullptr;
-  if (cudalloc_allocate(&ptr, size, device, stream) != CUDALLOC_SUCCESS) {
-    log().error("cudalloc_malloc({}, device {}): {}", size, device, last_error_message());
-  }
-  return ptr;
+  const cudalloc_error_t err = cudalloc_allocate(&ptr, size, device, stream);
+  if (err == CUDALLOC_SUCCESS) return ptr;
+  // PyTorch does not check for NULL (it would hand out a tensor without memory); an
+  // exception is what turns into a Python error. The message starts as PyTorch's own OOM
+  // message does, which tools that retry with smaller batches look for.
+  const std::string message =
+      err == CUDALLOC_ERROR_MEMORY_ALLOCATION
+          ? "CUDA out of memory. Tried to allocate " + format_bytes(size) + ". cudalloc: " +
+                last_error_message()
+          : std::string("cudalloc: ") + cudalloc_error_name(err) + ": " + last_error_message();
+  throw std::runtime_error(message);
 }
 
 void cudalloc_free(void* ptr, size_t /*size*/, int device, cudaStream_t /*stream*/) {

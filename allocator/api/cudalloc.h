@@ -77,7 +77,10 @@ cudalloc_error_t cudalloc_set_memory_limit(size_t bytes, int device);
 
 /* ---- PyTorch CUDAPluggableAllocator entry points (exactly its ABI) -------------------- */
 /* torch.cuda.memory.CUDAPluggableAllocator(path, "cudalloc_malloc", "cudalloc_free").
- * cudalloc_malloc returns NULL on failure (see cudalloc_last_error_string). */
+ * For PyTorch (a C++ caller) only: PyTorch does not check the result for NULL, so on failure
+ * cudalloc_malloc throws a C++ std::runtime_error whose message starts with "CUDA out of
+ * memory." for out-of-memory, which PyTorch raises in Python as a RuntimeError. C programs
+ * use cudalloc_allocate, which never throws. */
 void* cudalloc_malloc(size_t size, int device, cudaStream_t stream);
 void cudalloc_free(void* ptr, size_t size, int device, cudaStream_t stream);
 /* Optional hooks: set_init_fn, set_reset_fn, set_memory_fraction_fn, set_record_stream_fn. */

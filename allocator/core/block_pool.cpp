@@ -45,14 +45,20 @@ void DeviceAllocator::erase_free(StreamPool& pool, Block* block) {
 }
 
 Block* DeviceAllocator::take_free_block(StreamPool& pool, std::size_t size) {
-  Block key;
-  key.size = size;
-  auto it = pool.free_blocks.lower_bound(&key);
-  if (it == pool.free_blocks.end()) return nullptr;
-  Block* block = *it;
-  erase_free(pool, block);
+  Block* block = pool.free_blocks.best_fit(size);
+  if (block != nullptr) erase_free(pool, block);
   return block;
 }
+
+Block* DeviceAllocator::new_block() {
+  if (spare_blocks_.empty()) return new Block;
+  Block* b = spare_blocks_.back();
+  spare_blocks_.pop_back();
+  *b = Block{};
+  return b;
+}
+
+void DeviceAllocator::recycle_block(Block* block) { spare_blocks_.push_back(block); }
 
 Block* DeviceAllocator::steal_segment(StreamPool& pool, std::size_t size) {
   Segment* best = nullptr;
@@ -130,7 +136,7 @@ Error DeviceAllocator::new_segment(StreamPool& pool, std::size_t size, bool slab
   seg->base = reinterpret_cast<std::uintptr_t>(ptr);
   seg->size = bytes;
   seg->pool = &pool;
-  seg->first = new Block;
+  seg->first = new_block();
   seg->first->addr = seg->base;
   seg->first->size = bytes;
   seg->first->segment = seg;
@@ -146,7 +152,7 @@ Error DeviceAllocator::new_segment(StreamPool& pool, std::size_t size, bool slab
 
 void DeviceAllocator::split(StreamPool& pool, Block* block, std::size_t size) {
   if (block->size - size < kBlockRound) return;
-  auto* rest = new Block;
+  Block* rest = new_block();
   rest->addr = block->addr + size;
   rest->size = block->size - size;
   rest->segment = block->segment;
@@ -167,7 +173,7 @@ void DeviceAllocator::free_block(Block* block) {
     prev->size += block->size;
     prev->next = block->next;
     if (block->next != nullptr) block->next->prev = prev;
-    delete block;
+    recycle_block(block);
     block = prev;
   }
   if (Block* next = block->next; next != nullptr && next->state == Block::State::free) {
@@ -175,7 +181,7 @@ void DeviceAllocator::free_block(Block* block) {
     block->size += next->size;
     block->next = next->next;
     if (next->next != nullptr) next->next->prev = block;
-    delete next;
+    recycle_block(next);
   }
   insert_free(pool, block);
 }
@@ -210,7 +216,7 @@ std::size_t DeviceAllocator::release_free_segments() {
         trace_.record(TraceAction::segment_free, seg->base, seg->size, pool->stream);
       }
       released += seg->size;
-      delete seg->first;
+      recycle_block(seg->first);
       delete seg;
       it = segs.erase(it);
     }

@@ -35,6 +35,7 @@ DeviceAllocator::~DeviceAllocator() {
       delete seg;
     }
   }
+  for (Block* b : spare_blocks_) delete b;
   for (EventHandle e : idle_events_) device_.event_destroy(e);
   for (PendingFree& p : pending_) {
     for (EventHandle e : p.events) device_.event_destroy(e);

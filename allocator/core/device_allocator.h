@@ -24,6 +24,7 @@
 #include "core/errors.h"
 #include "core/live_map.h"
 #include "core/pool_types.h"
+#include "core/stream_pool.h"
 #include "core/settings.h"
 #include "core/size_classes.h"
 #include "core/spin_lock.h"
@@ -100,6 +101,9 @@ class DeviceAllocator {
   void order_after_stream(StreamHandle earlier, StreamHandle later);
   void insert_free(StreamPool& pool, Block* block);
   void erase_free(StreamPool& pool, Block* block);
+  // Block records come from a free list: splitting and merging allocate nothing.
+  Block* new_block();
+  void recycle_block(Block* block);
   std::size_t segment_size_for(std::size_t size, bool slab) const;
   void split(StreamPool& pool, Block* block, std::size_t size);
   void free_block(Block* block);
@@ -139,6 +143,7 @@ class DeviceAllocator {
   std::unordered_map<std::uintptr_t, std::vector<StreamHandle>> stream_uses_;
   std::vector<PendingFree> pending_;
   std::vector<EventHandle> idle_events_;
+  std::vector<Block*> spare_blocks_;
   Stats stats_;
   TraceRing trace_;
 };

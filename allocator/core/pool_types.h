@@ -5,12 +5,10 @@
 //   Block     a piece of a segment, in address order with its neighbours; free, allocated
 //             (a large allocation), pending (freed, waiting for events) or a slab
 //   Slab      a block carved into equal objects of one size class
-//   StreamPool the free blocks and slabs that one stream may reuse without synchronization
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <set>
 #include <vector>
 
 #include "device/device.h"
@@ -35,15 +33,9 @@ struct Block {
   Block* next = nullptr;
   State state = State::free;
   Slab* slab = nullptr;  // when state == slab
+  Block* bin_prev = nullptr;  // neighbours in a FreeBins list while free
+  Block* bin_next = nullptr;
 };
-
-// Free blocks ordered for best fit: smallest size first, then lowest address.
-struct BlockBySize {
-  bool operator()(const Block* a, const Block* b) const {
-    return a->size != b->size ? a->size < b->size : a->addr < b->addr;
-  }
-};
-using FreeBlocks = std::set<Block*, BlockBySize>;
 
 struct Segment {
   std::uintptr_t base = 0;
@@ -72,13 +64,6 @@ struct Slab {
 struct SlabClass {
   std::vector<Slab*> available;  // slabs with at least one free slot
   std::size_t empty = 0;         // how many of them are wholly empty
-};
-
-struct StreamPool {
-  StreamHandle stream = 0;
-  FreeBlocks free_blocks;
-  std::vector<SlabClass> classes;
-  std::vector<Segment*> segments;
 };
 
 // A free waiting for work on other streams (record_stream) before its memory is reusable.

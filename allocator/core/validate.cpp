@@ -60,9 +60,7 @@ void check_segment(Checker& c, const Segment* seg, const StreamPool& pool, Total
     c.expect(!(is_free && prev != nullptr && prev->state == Block::State::free),
              "adjacent free blocks at ", prev ? prev->addr : 0, " and ", b->addr,
              " were not coalesced");
-    const auto found = pool.free_blocks.find(const_cast<Block*>(b));
-    const bool in_set = found != pool.free_blocks.end() && *found == b;
-    c.expect(is_free == in_set, "block at ",
+    c.expect(is_free == pool.free_blocks.contains(b), "block at ",
              b->addr, is_free ? " is free but not in its pool's free set"
                               : " is in the free set but not free");
     if (b->state == Block::State::slab) {
@@ -88,7 +86,10 @@ std::string DeviceAllocator::validate_locked() const {
   Totals t;
   for (const auto& [stream, pool] : pools_) {
     c.expect(pool->stream == stream, "pool keyed by the wrong stream");
+    const std::int64_t free_before = t.free_blocks;
     for (const Segment* seg : pool->segments) check_segment(c, seg, *pool, t);
+    c.expect(std::size_t(t.free_blocks - free_before) == pool->free_blocks.size(),
+             "a pool's free bins hold blocks that are not free blocks of its segments");
     for (const SlabClass& cls : pool->classes) {
       std::size_t empty = 0;
       for (const Slab* s : cls.available) empty += s->used == 0 ? 1 : 0;

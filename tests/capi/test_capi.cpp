@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "cudalloc.h"
@@ -45,9 +46,15 @@ TEST_CASE("the PyTorch entry points follow the pluggable ABI", "[capi][torch]") 
   cudalloc_torch_record_stream(p, stream(3));
   cudalloc_free(p, 4 << 20, 0, stream(0));
   cudalloc_torch_memory_fraction(0.5, 0);
-  void* big = cudalloc_malloc(size_t(600) << 20, 0, stream(0));
-  CHECK(big == nullptr);  // over half of 1 GiB
-  CHECK(std::string(cudalloc_last_error_string()).find("out of memory") != std::string::npos);
+  // Over half of 1 GiB: PyTorch needs an exception, not NULL.
+  try {
+    cudalloc_malloc(size_t(600) << 20, 0, stream(0));
+    FAIL("cudalloc_malloc returned instead of throwing");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()).rfind("CUDA out of memory. Tried to allocate 600.00 MiB", 0) == 0);
+    CHECK(std::string(e.what()).find("cap 512.00 MiB") != std::string::npos);
+  }
+  CHECK_THROWS_WITH(cudalloc_malloc(16, 7, stream(0)), Catch::Contains("cudaErrorInvalidValue"));
   cudalloc_torch_memory_fraction(1.0, 0);
   cudalloc_torch_reset();
   CHECK(stat("reserved_bytes") == 0);

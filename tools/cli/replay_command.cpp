@@ -4,12 +4,14 @@
 // device and, for comparison in the same run, through a model of PyTorch's native allocator.
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "api/options.h"
 #include "cli/commands.h"
 #include "replay/plan.h"
 #include "replay/runner.h"
+#include "snapshot/snapshot_json.h"
 #include "util/units.h"
 
 namespace cudalloc::cli {
@@ -25,6 +27,7 @@ struct ReplayArgs {
   bool json_out = false;
   bool table = false;
   bool skip_inconsistent = false;
+  std::string snapshot;  // where to write cudalloc's state after the replay
 };
 
 constexpr const char* kUsage =
@@ -36,7 +39,9 @@ constexpr const char* kUsage =
     "  --policy    which allocators to replay (default both)\n"
     "  --json      one JSON object per trace\n"
     "  --table     one Markdown table row per trace, with PyTorch's own figures\n"
-    "  --skip-inconsistent  skip frees of unknown addresses and double allocs, and count them\n";
+    "  --skip-inconsistent  skip frees of unknown addresses and double allocs, and count them\n"
+    "  --snapshot PATH      write cudalloc's state after the last event as a JSON snapshot\n"
+    "                       (with its trace when --conf has trace:N); one trace only\n";
 
 bool parse_args(const Args& args, ReplayArgs* r) {
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -48,6 +53,8 @@ bool parse_args(const Args& args, ReplayArgs* r) {
       r->table = true;
     } else if (a == "--skip-inconsistent") {
       r->skip_inconsistent = true;
+    } else if (a == "--snapshot" && has_value) {
+      r->snapshot = args[++i];
     } else if (a == "--conf" && has_value) {
       r->conf = args[++i];
     } else if (a == "--capacity" && has_value) {
@@ -63,7 +70,7 @@ bool parse_args(const Args& args, ReplayArgs* r) {
       r->traces.push_back(a);
     }
   }
-  return !r->traces.empty();
+  return !r->traces.empty() && (r->snapshot.empty() || r->traces.size() == 1);
 }
 
 json policy_json(const replay::PolicyResult& p, std::uint64_t peak_live) {
@@ -108,6 +115,7 @@ int replay_one(const ReplayArgs& args, const Settings& settings, const std::stri
           {"events", trace.events.size() + trace.other_events}};
   std::uint64_t peak_live = 0, allocs = 0, frees = 0, skipped = 0;
   replay::PolicyResult sum_c, sum_p;
+  std::vector<DeviceState> states;
   double ns_c = 0, ns_p = 0, ops = 0;
   for (int device : replay::trace_devices(trace.events)) {
     replay::Plan plan;
@@ -130,7 +138,11 @@ int replay_one(const ReplayArgs& args, const Settings& settings, const std::stri
       if (sum.problem.empty()) sum.problem = r.problem;
       ns += r.replay_ns_per_event * n;
     };
-    if (args.policy != "pytorch") add(sum_c, replay::run_cudalloc(plan, settings, args.capacity), ns_c);
+    if (args.policy != "pytorch") {
+      DeviceState state;
+      add(sum_c, replay::run_cudalloc(plan, settings, args.capacity, &state), ns_c);
+      states.push_back(std::move(state));
+    }
     if (args.policy != "cudalloc") add(sum_p, replay::run_pytorch(plan, args.capacity), ns_p);
   }
   sum_c.replay_ns_per_event = ops ? ns_c / ops : 0;
@@ -148,6 +160,14 @@ int replay_one(const ReplayArgs& args, const Settings& settings, const std::stri
     (*out)[k] = main[k];
   }
   add_reported(trace.meta, peak_live, out);
+  if (!args.snapshot.empty()) {
+    std::ofstream file(args.snapshot, std::ios::trunc);
+    file << snapshot::snapshot_json(states, args.conf).dump();
+    if (!file.good()) {
+      std::fprintf(stderr, "cudalloc replay: cannot write %s\n", args.snapshot.c_str());
+      return 1;
+    }
+  }
   return 0;
 }
 
@@ -156,6 +176,9 @@ void print_text(const json& r) {
               std::to_string(r["events"].get<std::uint64_t>()).c_str(),
               r["format"].get<std::string>().c_str(), r["parse_seconds"].get<double>());
   std::printf("  peak live %s\n", format_bytes(r["peak_live_bytes"].get<std::uint64_t>()).c_str());
+  if (const auto skipped = r["skipped_events"].get<std::uint64_t>(); skipped > 0) {
+    std::printf("  skipped %llu inconsistent events\n", static_cast<unsigned long long>(skipped));
+  }
   for (const auto& [name, p] : r["policies"].items()) {
     std::printf("  %-9s peak reserved %-12s fragmentation %.3f  device allocs %-6s  %.1f ns/event%s\n",
                 name.c_str(), format_bytes(p["peak_reserved_bytes"].get<std::uint64_t>()).c_str(),

@@ -12,9 +12,9 @@ namespace {
 
 // Replays every op through allocate(size, stream, void**) -> bool and release(void*),
 // returning the nanoseconds spent per op. Allocations that fail are counted and their frees
-// skipped.
-template <typename Allocate, typename Release>
-double timed_replay(const Plan& plan, Allocate&& allocate, Release&& release,
+// skipped. at_end() runs after the last op, before what the trace left live is released.
+template <typename Allocate, typename Release, typename AtEnd>
+double timed_replay(const Plan& plan, Allocate&& allocate, Release&& release, AtEnd&& at_end,
                     std::uint64_t* failures) {
   std::vector<void*> slots(plan.slots, nullptr);
   const auto start = std::chrono::steady_clock::now();
@@ -30,6 +30,7 @@ double timed_replay(const Plan& plan, Allocate&& allocate, Release&& release,
     }
   }
   const std::chrono::duration<double, std::nano> elapsed = std::chrono::steady_clock::now() - start;
+  at_end();
   // Whatever the trace left live is released outside the timed loop.
   for (void* p : slots) {
     if (p != nullptr) release(p);
@@ -39,7 +40,8 @@ double timed_replay(const Plan& plan, Allocate&& allocate, Release&& release,
 
 }  // namespace
 
-PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint64_t capacity) {
+PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint64_t capacity,
+                          DeviceState* final_state) {
   device::FakeDevice::Options options;
   options.capacity = capacity;
   options.devices = plan.device + 1;
@@ -52,7 +54,11 @@ PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint6
       [&](std::uint64_t size, std::uint64_t stream, void** p) {
         return alloc.allocate(size, stream, p) == Error::ok;
       },
-      [&](void* p) { alloc.deallocate(p); }, &r.oom_events);
+      [&](void* p) { alloc.deallocate(p); },
+      [&] {
+        if (final_state != nullptr) *final_state = alloc.state();
+      },
+      &r.oom_events);
   const Stats s = alloc.stats();
   r.peak_reserved_bytes = static_cast<std::uint64_t>(s.reserved_bytes.peak);
   r.final_reserved_bytes = static_cast<std::uint64_t>(s.reserved_bytes.current);
@@ -71,7 +77,7 @@ PolicyResult run_pytorch(const Plan& plan, std::uint64_t capacity) {
       [&](std::uint64_t size, std::uint64_t stream, void** p) {
         return model.allocate(size, stream, p);
       },
-      [&](void* p) { model.free(p); }, &r.oom_events);
+      [&](void* p) { model.free(p); }, [] {}, &r.oom_events);
   r.peak_reserved_bytes = model.peak_reserved();
   r.final_reserved_bytes = model.reserved();
   r.device_allocs = model.segment_allocs();

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/settings.h"
+#include "core/state.h"
 #include "replay/plan.h"
 
 namespace cudalloc::replay {
@@ -20,8 +21,11 @@ struct PolicyResult {
   std::string problem;                // an invariant violation found after the replay
 };
 
-// cudalloc's own allocator (DeviceAllocator on a FakeDevice of `capacity` bytes).
-PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint64_t capacity);
+// cudalloc's own allocator (DeviceAllocator on a FakeDevice of `capacity` bytes). With
+// final_state, the allocator's state after the last event (the trace's live allocations
+// still in place) is copied there.
+PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint64_t capacity,
+                          DeviceState* final_state = nullptr);
 // PyTorch's native caching rules (PytorchModel).
 PolicyResult run_pytorch(const Plan& plan, std::uint64_t capacity);
 

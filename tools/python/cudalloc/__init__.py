@@ -30,6 +30,7 @@ __all__ = [
     "CudallocError", "TooLateError", "enable", "is_enabled", "library_path", "stats",
     "stat_names", "empty_cache", "reset_peak_stats", "set_memory_fraction",
     "set_memory_limit", "validate", "version", "device_count", "memory_summary",
+    "snapshot", "dump_snapshot",
 ]
 
 LIBRARY_NAME = "libcudalloc.so"
@@ -75,6 +76,8 @@ _SIGNATURES = {  # name: (restype, argtypes); cudalloc_error_t is an int-sized e
     "cudalloc_reset_peak_stats": (_c.c_int, [_c.c_int]),
     "cudalloc_device_count": (_c.c_int, []),
     "cudalloc_validate": (_c.c_int, [_c.c_int]),
+    "cudalloc_snapshot": (_c.c_int, [_c.c_char_p]),
+    "cudalloc_snapshot_json": (_c.c_int, [_c.c_char_p, _c.c_size_t, _c.POINTER(_c.c_size_t)]),
     "cudalloc_torch_init": (None, [_c.c_int]),
     "cudalloc_torch_reset": (None, []),
     "cudalloc_torch_memory_fraction": (None, [_c.c_double, _c.c_int]),
@@ -265,6 +268,32 @@ def version():
 def device_count():
     """Number of devices cudalloc sees (0 without a driver)."""
     return int(_lib().cudalloc_device_count())
+
+
+# ---- Snapshots ------------------------------------------------------------------------
+
+def snapshot():
+    """The allocator's state as a dict in PyTorch's memory-snapshot schema (segments,
+    device_traces, allocator_settings) plus a "cudalloc" section with stats and slabs.
+    device_traces is filled when CUDALLOC_CONF has trace:N."""
+    import json
+    lib = _lib()
+    for _ in range(4):  # the state may grow between sizing and copying: retry
+        length = ctypes.c_size_t(0)
+        lib.cudalloc_snapshot_json(None, 0, ctypes.byref(length))
+        buffer = ctypes.create_string_buffer(length.value + 4096)
+        code = lib.cudalloc_snapshot_json(buffer, len(buffer), ctypes.byref(length))
+        if code == 0:
+            return json.loads(buffer.value.decode("utf-8"))
+    _check(code, "cudalloc_snapshot_json")
+    return None
+
+
+def dump_snapshot(path):
+    """Writes snapshot() as JSON to `path` ("%p" becomes the process id). View it with
+    `cudalloc inspect PATH`, or convert it for PyTorch's tools with
+    `cudalloc convert PATH -o out.pickle`."""
+    _check(_lib().cudalloc_snapshot(os.fsencode(path)), "cudalloc_snapshot")
 
 
 # ---- Statistics -----------------------------------------------------------------------
