@@ -46,3 +46,17 @@ DeviceAllocator* Allocator::owner_of(const void* ptr) {
 }
 
 }  // namespace cudalloc
+
+namespace cudalloc {
+
+void Allocator::lock_all() {
+  create_mutex_.lock();
+  for_each_device([](DeviceAllocator& d) { d.lock_for_fork(); });
+}
+
+void Allocator::unlock_all() {
+  for_each_device([](DeviceAllocator& d) { d.unlock_after_fork(); });
+  create_mutex_.unlock();
+}
+
+}  // namespace cudalloc

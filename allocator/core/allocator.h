@@ -38,6 +38,9 @@ class Allocator {
     }
   }
   int device_count();
+  // Every lock of every device, for fork() (see interpose/shim.cpp).
+  void lock_all();
+  void unlock_all();
   const Settings& settings() const { return settings_; }
   device::Device& backend() { return device_; }
 

@@ -1,5 +1,6 @@
 #include "core/device_allocator.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "core/log.h"
@@ -23,6 +24,11 @@ DeviceAllocator::~DeviceAllocator() {
   // Only test code destroys allocators; the process-wide ones live until exit. Device memory
   // still in use by callers is returned with the segments: callers must not outlive us.
   std::lock_guard lock(lock_);
+  drop_everything();
+  for (Block* b : spare_blocks_) delete b;
+}
+
+void DeviceAllocator::drop_everything() {
   for (auto& [stream, pool] : pools_) {
     for (Segment* seg : pool->segments) {
       for (Block* b = seg->first; b != nullptr;) {
@@ -35,11 +41,37 @@ DeviceAllocator::~DeviceAllocator() {
       delete seg;
     }
   }
-  for (Block* b : spare_blocks_) delete b;
+  pools_.clear();
+  last_pool_ = nullptr;
   for (EventHandle e : idle_events_) device_.event_destroy(e);
+  idle_events_.clear();
   for (PendingFree& p : pending_) {
     for (EventHandle e : p.events) device_.event_destroy(e);
   }
+  for (Fence& fence : fences_) {
+    for (EventHandle e : fence.events) device_.event_destroy(e);
+  }
+  pending_.clear();
+  unfenced_.clear();
+  fences_.clear();
+  live_ = LiveMap();
+  stream_uses_.clear();
+}
+
+Error DeviceAllocator::reset() {
+  std::lock_guard lock(lock_);
+  device_.synchronize(ordinal_);
+  const auto released = stats_.reserved_count.current;
+  drop_everything();
+  // Every gauge drops to zero; peaks, totals and event counters keep their history.
+  for (Stat* gauge : {&stats_.allocated_bytes, &stats_.allocated_count, &stats_.requested_bytes,
+                      &stats_.active_bytes, &stats_.active_count, &stats_.reserved_bytes,
+                      &stats_.reserved_count, &stats_.cached_bytes, &stats_.cached_count,
+                      &stats_.slab_bytes, &stats_.slab_count}) {
+    gauge->current = 0;
+  }
+  stats_.device_frees.increase(released);
+  return Error::ok;
 }
 
 StreamPool& DeviceAllocator::pool_for(StreamHandle stream) {
@@ -66,6 +98,10 @@ Error DeviceAllocator::allocate(std::size_t size, StreamHandle stream, void** pt
                 size, ordinal_, device_total_);
   }
   if (!pending_.empty()) process_pending(false);
+  // Device-ordered frees are polled every 16th allocation: an event query is a driver call.
+  if ((!unfenced_.empty() || !fences_.empty()) && (++fence_poll_tick_ & 15) == 0) {
+    advance_fences(false);
+  }
   std::uintptr_t addr = 0;
   std::uintptr_t owner = 0;
   const auto device_allocs_before = stats_.device_allocs.total;
@@ -141,7 +177,7 @@ void DeviceAllocator::record_allocation(std::uintptr_t addr, std::uintptr_t owne
   stats_.cached_bytes.decrease(rounded);
 }
 
-Error DeviceAllocator::deallocate(void* ptr) {
+Error DeviceAllocator::deallocate(void* ptr, FreeOrder order) {
   if (ptr == nullptr) return Error::ok;
   std::lock_guard lock(lock_);
   const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
@@ -161,7 +197,10 @@ Error DeviceAllocator::deallocate(void* ptr) {
   stats_.allocated_count.decrease(1);
   stats_.requested_bytes.decrease(static_cast<std::int64_t>(e.requested));
   Error err = Error::ok;
-  if (e.owner & kHasStreamUses) {
+  if (order == FreeOrder::device) {
+    stream_uses_.erase(addr);  // the fence covers every stream
+    defer_until_device_idle(e);
+  } else if (e.owner & kHasStreamUses) {
     auto uses = stream_uses_.extract(addr);
     err = defer_free(e, stream_of(e.owner), uses.mapped());
   } else {
@@ -227,6 +266,39 @@ Error DeviceAllocator::set_memory_limit(std::size_t bytes) {
   return Error::ok;
 }
 
+void DeviceAllocator::register_stream(StreamHandle stream) {
+  std::lock_guard lock(lock_);
+  if (std::find(fence_streams_.begin(), fence_streams_.end(), stream) == fence_streams_.end()) {
+    fence_streams_.push_back(stream);
+  }
+}
+
+void DeviceAllocator::unregister_stream(StreamHandle stream) {
+  std::lock_guard lock(lock_);
+  std::erase(fence_streams_, stream);
+}
+
+Error DeviceAllocator::memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {
+  std::size_t device_free = 0, device_total = 0;
+  const auto status = device_.mem_info(ordinal_, &device_free, &device_total);
+  if (status != device::Status::ok) {
+    return fail(Error::device_error, "device %d: memory info failed: %s", ordinal_,
+                device::status_name(status));
+  }
+  std::lock_guard lock(lock_);
+  const auto active = static_cast<std::size_t>(stats_.active_bytes.current);
+  const auto cached = static_cast<std::size_t>(stats_.cached_bytes.current);
+  std::size_t free = device_free + cached;
+  std::size_t total = device_total;
+  if (const std::size_t cap = reserve_cap(); cap != 0 && cap < total) {
+    total = cap;
+    free = std::min(free, cap > active ? cap - active : 0);
+  }
+  *free_bytes = std::min(free, total);
+  *total_bytes = total;
+  return Error::ok;
+}
+
 std::size_t DeviceAllocator::reserve_cap() const {
   std::size_t cap = settings_.limit;
   if (settings_.fraction < 1.0 && device_total_ != 0) {
@@ -254,6 +326,7 @@ bool DeviceAllocator::owns(const void* ptr) const {
 
 void DeviceAllocator::release_cached_memory() {
   process_pending(true);
+  advance_fences(true);
   release_empty_slabs();
   release_free_segments();
 }

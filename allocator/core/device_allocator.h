@@ -16,6 +16,7 @@
 // C API turns into an error code.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -47,10 +48,33 @@ class DeviceAllocator {
   DeviceAllocator& operator=(const DeviceAllocator&) = delete;
 
   int ordinal() const { return ordinal_; }
+  // Held across fork() so that the child never inherits a lock taken by another thread.
+  void lock_for_fork() { lock_.lock(); }
+  void unlock_after_fork() { lock_.unlock(); }
+
+  // How a free is ordered against work that may still use the memory:
+  //   stream  reusable at once in the allocation stream's order (PyTorch's contract; other
+  //           streams are covered by record_stream)
+  //   device  reusable only after all work queued on the device before the free has finished,
+  //           on any stream (cudaFree's guarantee). No device call at the free: freed memory
+  //           waits, in batches, behind a fence of events recorded on the legacy default
+  //           stream (which orders after every blocking stream) and on every registered
+  //           non-blocking stream.
+  enum class FreeOrder { stream, device };
 
   // size 0 gives *ptr = nullptr and ok.
   Error allocate(std::size_t size, StreamHandle stream, void** ptr);
-  Error deallocate(void* ptr);
+  Error deallocate(void* ptr, FreeOrder order = FreeOrder::stream);
+  // Non-blocking streams (created with CU_STREAM_NON_BLOCKING) that device-ordered frees must
+  // wait for. Streams are unregistered before they are destroyed.
+  void register_stream(StreamHandle stream);
+  void unregister_stream(StreamHandle stream);
+  // Forgets everything after waiting for the device: every segment goes back to the driver
+  // and every pointer handed out becomes invalid (cudaDeviceReset).
+  Error reset();
+  // Free and total memory as a program should see them: the device's free memory plus what
+  // cudalloc holds unused, within the reserve cap.
+  Error memory_info(std::size_t* free_bytes, std::size_t* total_bytes);
   Error record_stream(void* ptr, StreamHandle stream);
   // Returns all cached memory that holds no allocation to the driver.
   Error empty_cache();
@@ -110,7 +134,24 @@ class DeviceAllocator {
   std::size_t release_free_segments();
 
   // pending.cpp
+  struct Fence {
+    std::vector<EventHandle> events;
+    std::vector<PendingFree> frees;
+  };
   void process_pending(bool wait);
+  // Completes fences whose events are done (all of them, after a device synchronization,
+  // with wait) and puts the frees waiting for a fence behind a new one.
+  void advance_fences(bool wait);
+  bool record_fence(Fence* fence);
+  void defer_until_device_idle(const LiveEntry& entry);
+  template <typename F>
+  void for_each_pending(F&& f) const {
+    for (const PendingFree& p : pending_) f(p);
+    for (const PendingFree& p : unfenced_) f(p);
+    for (const Fence& fence : fences_) {
+      for (const PendingFree& p : fence.frees) f(p);
+    }
+  }
   Error defer_free(const LiveEntry& entry, StreamHandle alloc_stream,
                    const std::vector<StreamHandle>& uses);
   void complete_free(std::uintptr_t owner, std::uintptr_t addr, std::size_t requested);
@@ -127,6 +168,8 @@ class DeviceAllocator {
   // Waits for pending frees, returns empty slabs to the block pool and every wholly free
   // segment to the driver.
   void release_cached_memory();
+  // Returns every segment to the driver and forgets all state (destructor, reset).
+  void drop_everything();
   void check_after_operation(const char* operation);
   std::string validate_locked() const;
 
@@ -142,6 +185,10 @@ class DeviceAllocator {
   LiveMap live_;
   std::unordered_map<std::uintptr_t, std::vector<StreamHandle>> stream_uses_;
   std::vector<PendingFree> pending_;
+  std::vector<PendingFree> unfenced_;   // device-ordered frees not yet behind a fence
+  std::deque<Fence> fences_;            // oldest first
+  std::vector<StreamHandle> fence_streams_;
+  unsigned fence_poll_tick_ = 0;
   std::vector<EventHandle> idle_events_;
   std::vector<Block*> spare_blocks_;
   Stats stats_;

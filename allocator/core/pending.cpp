@@ -82,3 +82,77 @@ void DeviceAllocator::process_pending(bool wait) {
 }
 
 }  // namespace cudalloc
+
+namespace cudalloc {
+
+void DeviceAllocator::defer_until_device_idle(const LiveEntry& entry) {
+  PendingFree pending;
+  pending.owner = entry.owner & ~kHasStreamUses;
+  pending.addr = entry.key;
+  pending.requested = entry.requested;
+  if (!(pending.owner & kSlabTag)) {
+    reinterpret_cast<Block*>(pending.owner)->state = Block::State::pending;
+  }
+  stats_.pending_frees.count();
+  unfenced_.push_back(std::move(pending));
+}
+
+bool DeviceAllocator::record_fence(Fence* fence) {
+  // The legacy default stream orders after all work of every blocking stream (including
+  // per-thread default streams); non-blocking streams need events of their own.
+  std::vector<StreamHandle> streams = fence_streams_;
+  streams.push_back(0);
+  for (StreamHandle stream : streams) {
+    EventHandle event = 0;
+    if (take_event(&event) != Error::ok) return false;
+    if (device_.event_record(ordinal_, event, stream) != device::Status::ok) {
+      give_event(event);
+      return false;
+    }
+    fence->events.push_back(event);
+  }
+  return true;
+}
+
+void DeviceAllocator::advance_fences(bool wait) {
+  if (wait && (!fences_.empty() || !unfenced_.empty())) {
+    // Everything queued so far finishes: no fence is needed any more.
+    device_.synchronize(ordinal_);
+    for (Fence& fence : fences_) {
+      for (EventHandle e : fence.events) give_event(e);
+      for (PendingFree& p : fence.frees) unfenced_.push_back(std::move(p));
+    }
+    fences_.clear();
+    for (PendingFree& p : unfenced_) complete_free(p.owner, p.addr, p.requested);
+    unfenced_.clear();
+    return;
+  }
+  while (!fences_.empty()) {
+    Fence& oldest = fences_.front();
+    bool done = true;
+    for (EventHandle e : oldest.events) {
+      const auto status = device_.event_query(e);
+      if (status == device::Status::not_ready) {
+        done = false;
+        break;
+      }
+    }
+    if (!done) break;
+    for (EventHandle e : oldest.events) give_event(e);
+    for (PendingFree& p : oldest.frees) complete_free(p.owner, p.addr, p.requested);
+    fences_.pop_front();
+  }
+  // At most two fences in flight: a new one waits until the older ones have passed.
+  if (unfenced_.empty() || fences_.size() >= 2) return;
+  Fence fence;
+  if (!record_fence(&fence)) {
+    for (EventHandle e : fence.events) give_event(e);
+    advance_fences(true);  // no events: fall back to waiting for the device
+    return;
+  }
+  fence.frees = std::move(unfenced_);
+  unfenced_.clear();
+  fences_.push_back(std::move(fence));
+}
+
+}  // namespace cudalloc

@@ -64,13 +64,13 @@ DeviceState DeviceAllocator::state() const {
       block_requested[reinterpret_cast<const Block*>(e.owner & ~kTagMask)] = e.requested;
     }
   });
-  for (const PendingFree& p : pending_) {
+  for_each_pending([&](const PendingFree& p) {
     if (p.owner & kSlabTag) {
       slab_objects[p.addr] = SlotInfo{p.requested, BlockState::Kind::pending};
     } else {
       block_requested[reinterpret_cast<const Block*>(p.owner & ~kTagMask)] = p.requested;
     }
-  }
+  });
   for (const auto& [stream, pool] : pools_) {
     for (const Segment* seg : pool->segments) {
       SegmentState s;

@@ -120,7 +120,7 @@ std::string DeviceAllocator::validate_locked() const {
     ++t.allocations;
     t.requested += static_cast<std::int64_t>(e.requested);
   });
-  for (const PendingFree& p : pending_) {
+  for_each_pending([&](const PendingFree& p) {
     if (p.owner & kSlabTag) {
       const auto* slab = reinterpret_cast<const Slab*>(p.owner & ~kTagMask);
       ++slab_live[slab];
@@ -132,7 +132,7 @@ std::string DeviceAllocator::validate_locked() const {
       t.pending_bytes += static_cast<std::int64_t>(b->size);
     }
     ++t.pending;
-  }
+  });
   for (const auto& [slab, n] : slab_live) {
     c.expect(slab->used == n, "slab at ", slab->base(), " counts ", slab->used,
              " used objects but ", n, " are live or pending");

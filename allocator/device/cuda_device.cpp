@@ -2,6 +2,7 @@
 // linked. Entry points are resolved once, through cuGetProcAddress, with CUDA 12.0 semantics
 // (so cuMemAlloc is cuMemAlloc_v2, cuCtxSynchronize takes no context, ...).
 #include "device/cuda_device.h"
+#include "device/real_dlsym.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -135,9 +136,12 @@ void load(Driver& d) {
     d.failure = "libcuda.so.1 could not be loaded";
     return;
   }
-  g_get_proc_v2 = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(lib, "cuGetProcAddress_v2"));
+  // real_dlsym: an interposed dlsym (ours under LD_PRELOAD) would hand back wrappers.
+  g_get_proc_v2 =
+      reinterpret_cast<PFN_cuGetProcAddress_v12000>(real_dlsym(lib, "cuGetProcAddress_v2"));
   if (g_get_proc_v2 == nullptr)
-    g_get_proc_v1 = reinterpret_cast<PFN_cuGetProcAddress_v11030>(dlsym(lib, "cuGetProcAddress"));
+    g_get_proc_v1 =
+        reinterpret_cast<PFN_cuGetProcAddress_v11030>(real_dlsym(lib, "cuGetProcAddress"));
   if (g_get_proc_v2 == nullptr && g_get_proc_v1 == nullptr) {
     d.failure = "libcuda.so.1 has no cuGetProcAddress";
     return;
@@ -178,6 +182,18 @@ const Driver& driver() {
   std::call_once(once, [] { load(*d); });
   return *d;
 }
+
+}  // namespace
+
+void* real_driver_function(const char* symbol) {
+  void* fn = nullptr;
+  const Driver& d = driver();
+  (void)d;  // loads the driver
+  if (g_get_proc_v2 == nullptr && g_get_proc_v1 == nullptr) return nullptr;
+  return resolve(symbol, &fn) ? fn : nullptr;
+}
+
+namespace {
 
 const char* error_name(CUresult r) {
   const char* name = nullptr;

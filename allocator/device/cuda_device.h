@@ -50,6 +50,11 @@ class CudaDevice final : public Device {
 // number may exist; nothing is loaded until the first method call.
 std::unique_ptr<Device> make_cuda_device();
 
+// The driver's own entry point `symbol` (a base name such as "cuMemFree", at CUDA 12.0
+// semantics), looked up through the real cuGetProcAddress: never an interposed wrapper.
+// nullptr when there is no driver or no such entry point.
+void* real_driver_function(const char* symbol);
+
 // The name of the calling thread's last failed driver call ("CUDA_ERROR_OUT_OF_MEMORY", ...),
 // or why the driver could not be loaded; "" when nothing has failed. event_query's
 // CUDA_ERROR_NOT_READY is not a failure and is not recorded. Never null; valid for the life of

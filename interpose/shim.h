@@ -1,0 +1,57 @@
+// The LD_PRELOAD shim's shared pieces. The shim is a set of thin extern "C" forwarders
+// (runtime_api.cpp, driver_api.cpp, dlsym_hook.cpp) into the process-wide allocator.
+//
+// Rules every forwarder follows:
+//   - never throws, never allocates on its error path, never recurses into itself: while a
+//     thread is inside cudalloc (Inside), every hooked entry point goes straight to the real
+//     function, so driver code that calls back through dlsym or a hooked symbol cannot loop;
+//   - with CUDALLOC_DISABLE=1 everything goes to the real functions;
+//   - a pointer cudalloc did not hand out goes to the real free, whose error CUDA returns.
+#pragma once
+
+#include <cstddef>
+
+#include "core/allocator.h"
+
+namespace cudalloc::interpose {
+
+bool enabled();  // false with CUDALLOC_DISABLE=1
+
+// Marks the calling thread as inside cudalloc for its lifetime; `entered()` is false when the
+// thread already was (a re-entrant call that must go to the real function).
+class Inside {
+ public:
+  Inside();
+  ~Inside();
+  Inside(const Inside&) = delete;
+  Inside& operator=(const Inside&) = delete;
+  bool entered() const { return entered_; }
+  static bool active();
+
+ private:
+  bool entered_;
+};
+
+// True when the shim should serve this call itself.
+inline bool serve(const Inside& inside) { return inside.entered() && enabled(); }
+
+// The process-wide allocator, or nullptr if it cannot be created.
+Allocator* allocator();
+
+// Outcome of freeing through cudalloc.
+enum class FreeResult { freed, not_ours, failed };
+FreeResult free_if_ours(void* ptr, DeviceAllocator::FreeOrder order, void* stream, bool ordered_on_stream);
+
+// The real functions: the CUDA runtime's through the dynamic linker (nullptr when the runtime
+// is linked statically into the program, in which case nothing called it through us), and
+// the driver's through its own cuGetProcAddress.
+void* real_runtime(const char* symbol);
+void* real_driver(const char* base_name);
+
+// A hooked driver entry point for `base_name` ("cuMemAlloc"), per-thread-default-stream
+// flavour when `per_thread`, or nullptr if cudalloc does not hook it.
+void* driver_hook(const char* base_name, bool per_thread);
+// A hooked symbol by its exported name ("cuMemAlloc_v2", "cudaMalloc"), or nullptr.
+void* exported_hook(const char* symbol);
+
+}  // namespace cudalloc::interpose

@@ -1,0 +1,37 @@
+/* A stand-in for libcuda.so.1 on machines without a driver, for the LD_PRELOAD tests: it
+ * exports the entry points the tests look up, and every one of them reports that there is
+ * no device. If cudalloc's hooks work, none of these allocation functions is ever reached
+ * while cudalloc serves memory. */
+#include <stddef.h>
+#include <string.h>
+
+#define NO_DEVICE 100
+#define NOT_FOUND 500
+
+int cuInit(unsigned flags) { (void)flags; return NO_DEVICE; }
+int cuDriverGetVersion(int* version) { *version = 13000; return 0; }
+int cuMemAlloc_v2(unsigned long long* p, size_t n) { (void)p; (void)n; return NO_DEVICE; }
+int cuMemFree_v2(unsigned long long p) { (void)p; return NO_DEVICE; }
+int cuGetErrorName(int e, const char** s) { (void)e; *s = "CUDA_ERROR_NO_DEVICE"; return 0; }
+
+static void* lookup(const char* symbol) {
+  if (strcmp(symbol, "cuInit") == 0) return (void*)&cuInit;
+  if (strcmp(symbol, "cuDriverGetVersion") == 0) return (void*)&cuDriverGetVersion;
+  if (strcmp(symbol, "cuMemAlloc") == 0) return (void*)&cuMemAlloc_v2;
+  if (strcmp(symbol, "cuMemFree") == 0) return (void*)&cuMemFree_v2;
+  if (strcmp(symbol, "cuGetErrorName") == 0) return (void*)&cuGetErrorName;
+  return NULL;
+}
+
+int cuGetProcAddress_v2(const char* symbol, void** fn, int version, unsigned long long flags,
+                        int* status) {
+  (void)version;
+  (void)flags;
+  *fn = lookup(symbol);
+  if (status) *status = *fn ? 0 : 1;
+  return *fn ? 0 : NOT_FOUND;
+}
+
+int cuGetProcAddress(const char* symbol, void** fn, int version, unsigned long long flags) {
+  return cuGetProcAddress_v2(symbol, fn, version, flags, NULL);
+}
