@@ -26,6 +26,12 @@ LIMIT_TORCH_TRAIN=100
 LIMIT_TORCH_EMPTY=60
 LIMIT_TORCH_SNAPSHOT=120
 LIMIT_LOOP=60
+LIMIT_CHURN=60
+LIMIT_FRAMEWORKS=300
+LIMIT_SANITIZER=150
+
+# GPU_STEPS="bench preload ..." runs only the named steps (default: all).
+want() { [ -z "${GPU_STEPS:-}" ] || [[ " $GPU_STEPS " == *" $1 "* ]]; }
 
 STEP_NAMES=()
 STEP_RESULTS=()
@@ -133,28 +139,62 @@ fi
 run_step nvidia-smi "$LIMIT_SMI" nvidia-smi -L
 
 GPU_TEST=$(find_binary tests/gpu/cudalloc_gpu_test cudalloc_gpu_test)
-if [ -n "$GPU_TEST" ]; then
-  run_binary_step gpu-test "$LIMIT_GPU_TEST" "$GPU_TEST"
-else
-  fail_step gpu-test "cudalloc_gpu_test not found under $BUILD"
+if want gpu-test; then
+  if [ -n "$GPU_TEST" ]; then
+    run_binary_step gpu-test "$LIMIT_GPU_TEST" "$GPU_TEST"
+  else
+    fail_step gpu-test "cudalloc_gpu_test not found under $BUILD"
+  fi
 fi
 
 BENCH=$(find_binary tools/bench/cudalloc-bench cudalloc-bench)
-if [ -n "$BENCH" ]; then
-  run_binary_step bench "$LIMIT_BENCH" "$BENCH" --json "$OUT/bench.json"
-else
-  fail_step bench "cudalloc-bench not found under $BUILD"
+if want bench; then
+  if [ -n "$BENCH" ]; then
+    run_binary_step bench "$LIMIT_BENCH" "$BENCH" --json "$OUT/bench.json"
+  else
+    fail_step bench "cudalloc-bench not found under $BUILD"
+  fi
 fi
 
-run_python_step torch-train "$LIMIT_TORCH_TRAIN" tests/python/test_torch_train.py
-run_python_step torch-empty "$LIMIT_TORCH_EMPTY" tools/bench/torch_empty_bench.py
-run_python_step torch-snapshot "$LIMIT_TORCH_SNAPSHOT" tests/python/test_snapshot_tools.py
+want torch-train && run_python_step torch-train "$LIMIT_TORCH_TRAIN" tests/python/test_torch_train.py
+want torch-empty && run_python_step torch-empty "$LIMIT_TORCH_EMPTY" tools/bench/torch_empty_bench.py
+want torch-snapshot && run_python_step torch-snapshot "$LIMIT_TORCH_SNAPSHOT" tests/python/test_snapshot_tools.py
 
 LOOP=$(find_binary training_loop training_loop)
-if [ -n "$LOOP" ]; then
-  run_binary_step training-loop "$LIMIT_LOOP" "$LOOP" 300
-else
-  fail_step training-loop "training_loop not found under $BUILD"
+if want training-loop; then
+  if [ -n "$LOOP" ]; then
+    run_binary_step training-loop "$LIMIT_LOOP" "$LOOP" 300
+  else
+    fail_step training-loop "training_loop not found under $BUILD"
+  fi
+fi
+
+# LD_PRELOAD: a program with the CUDA runtime linked statically, with and without cudalloc;
+# the snapshot at exit proves who served its allocations.
+CHURN=$(find_binary preload_churn preload_churn)
+PRELOAD=$BUILD/libcudalloc_preload.so
+if want preload; then
+  if [ -n "$CHURN" ] && [ -f "$PRELOAD" ]; then
+    run_step churn-plain "$LIMIT_CHURN" "$CHURN" 3000
+    run_step churn-preload "$LIMIT_CHURN" env LD_PRELOAD="$PRELOAD" \
+      CUDALLOC_CONF="snapshot_at_exit:$OUT/churn_snapshot.json" "$CHURN" 3000
+    run_step churn-served "$LIMIT_SMI" python3 -c "import json,sys; s=json.load(open('$OUT/churn_snapshot.json'))['cudalloc']['devices'][0]['stats']; print({k: s[k]['total'] for k in ('allocated_count','device_allocs','cache_hits','pending_frees')}); sys.exit(0 if s['allocated_count']['total'] >= 6000 else 1)"
+  else
+    fail_step preload "preload_churn or libcudalloc_preload.so missing under $BUILD"
+  fi
+fi
+if want frameworks; then
+  run_step frameworks "$LIMIT_FRAMEWORKS" python3 tests/python/preload_frameworks.py "$PRELOAD" \
+    --json "$OUT/frameworks.json"
+fi
+if want sanitizer; then
+  SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  if [ -n "$SANITIZER" ] && [ -n "$GPU_TEST" ]; then
+    run_step memcheck "$LIMIT_SANITIZER" env LD_LIBRARY_PATH="$(binary_library_path "$GPU_TEST")" \
+      "$SANITIZER" --tool memcheck --error-exitcode 9 "$GPU_TEST"
+  else
+    skip_step memcheck "compute-sanitizer not found"
+  fi
 fi
 
 if print_summary; then exit 0; else exit 1; fi
