@@ -24,6 +24,7 @@ Error DeviceAllocator::allocate_large(StreamPool& pool, std::size_t size, bool s
   const std::size_t rounded = round_up(size, kBlockRound);
   Block* block = take_free_block(pool, rounded);
   if (block == nullptr) block = steal_segment(pool, rounded);
+  if (block == nullptr && !may_grow_) return Error::out_of_memory;
   if (block == nullptr) {
     const Error err = new_segment(pool, rounded, slab, &block);
     if (err != Error::ok) return err;

@@ -48,12 +48,10 @@ void DeviceAllocator::drop_everything() {
   for (PendingFree& p : pending_) {
     for (EventHandle e : p.events) device_.event_destroy(e);
   }
-  for (Fence& fence : fences_) {
-    for (EventHandle e : fence.events) device_.event_destroy(e);
-  }
+  for (EventHandle e : last_fence_) device_.event_destroy(e);
+  last_fence_.clear();
   pending_.clear();
   unfenced_.clear();
-  fences_.clear();
   live_ = LiveMap();
   stream_uses_.clear();
 }
@@ -98,10 +96,6 @@ Error DeviceAllocator::allocate(std::size_t size, StreamHandle stream, void** pt
                 size, ordinal_, device_total_);
   }
   if (!pending_.empty()) process_pending(false);
-  // Device-ordered frees are polled every 16th allocation: an event query is a driver call.
-  if ((!unfenced_.empty() || !fences_.empty()) && (++fence_poll_tick_ & 15) == 0) {
-    advance_fences(false);
-  }
   std::uintptr_t addr = 0;
   std::uintptr_t owner = 0;
   const auto device_allocs_before = stats_.device_allocs.total;
@@ -135,6 +129,14 @@ Error DeviceAllocator::try_allocate(StreamPool& pool, std::size_t size, std::uin
 Error DeviceAllocator::allocate_locked(std::size_t size, StreamHandle stream,
                                        std::uintptr_t* addr, std::uintptr_t* owner) {
   StreamPool& pool = pool_for(stream);
+  if (!unfenced_.empty()) {
+    // Memory freed in device order is reused (behind a fence) before new memory is taken.
+    may_grow_ = false;
+    const Error cached = try_allocate(pool, size, addr, owner);
+    may_grow_ = true;
+    if (cached != Error::out_of_memory) return cached;
+    fence_device_ordered_frees();
+  }
   Error err = try_allocate(pool, size, addr, owner);
   if (err != Error::out_of_memory) return err;
   // OOM path: return every unused segment, then try once more.
@@ -268,8 +270,17 @@ Error DeviceAllocator::set_memory_limit(std::size_t bytes) {
 
 void DeviceAllocator::register_stream(StreamHandle stream) {
   std::lock_guard lock(lock_);
-  if (std::find(fence_streams_.begin(), fence_streams_.end(), stream) == fence_streams_.end()) {
-    fence_streams_.push_back(stream);
+  if (std::find(fence_streams_.begin(), fence_streams_.end(), stream) != fence_streams_.end()) {
+    return;
+  }
+  fence_streams_.push_back(stream);
+  // A new stream has not waited for earlier fences: memory they released may still be in use
+  // by work queued before them.
+  for (EventHandle e : last_fence_) {
+    if (device_.stream_wait_event(ordinal_, stream, e) != device::Status::ok) {
+      device_.synchronize(ordinal_);
+      break;
+    }
   }
 }
 
@@ -326,7 +337,7 @@ bool DeviceAllocator::owns(const void* ptr) const {
 
 void DeviceAllocator::release_cached_memory() {
   process_pending(true);
-  advance_fences(true);
+  complete_device_ordered_frees();
   release_empty_slabs();
   release_free_segments();
 }

@@ -16,7 +16,6 @@
 // C API turns into an error code.
 #pragma once
 
-#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -55,11 +54,11 @@ class DeviceAllocator {
   // How a free is ordered against work that may still use the memory:
   //   stream  reusable at once in the allocation stream's order (PyTorch's contract; other
   //           streams are covered by record_stream)
-  //   device  reusable only after all work queued on the device before the free has finished,
-  //           on any stream (cudaFree's guarantee). No device call at the free: freed memory
-  //           waits, in batches, behind a fence of events recorded on the legacy default
-  //           stream (which orders after every blocking stream) and on every registered
-  //           non-blocking stream.
+  //   device  not reused by any work that could run before the work queued on the device
+  //           before the free (cudaFree's guarantee), on any stream. No device call at the
+  //           free: freed memory waits until an allocation would otherwise need new memory;
+  //           then one fence orders every stream after all of them
+  //           (fence_device_ordered_frees) and the memory is reused at once.
   enum class FreeOrder { stream, device };
 
   // size 0 gives *ptr = nullptr and ok.
@@ -134,23 +133,16 @@ class DeviceAllocator {
   std::size_t release_free_segments();
 
   // pending.cpp
-  struct Fence {
-    std::vector<EventHandle> events;
-    std::vector<PendingFree> frees;
-  };
   void process_pending(bool wait);
-  // Completes fences whose events are done (all of them, after a device synchronization,
-  // with wait) and puts the frees waiting for a fence behind a new one.
-  void advance_fences(bool wait);
-  bool record_fence(Fence* fence);
+  // Device-ordered frees: fence (GPU-side ordering, no host wait) or complete after a device
+  // synchronization (OOM path, empty_cache).
+  void fence_device_ordered_frees();
+  void complete_device_ordered_frees();
   void defer_until_device_idle(const LiveEntry& entry);
   template <typename F>
   void for_each_pending(F&& f) const {
     for (const PendingFree& p : pending_) f(p);
     for (const PendingFree& p : unfenced_) f(p);
-    for (const Fence& fence : fences_) {
-      for (const PendingFree& p : fence.frees) f(p);
-    }
   }
   Error defer_free(const LiveEntry& entry, StreamHandle alloc_stream,
                    const std::vector<StreamHandle>& uses);
@@ -185,10 +177,10 @@ class DeviceAllocator {
   LiveMap live_;
   std::unordered_map<std::uintptr_t, std::vector<StreamHandle>> stream_uses_;
   std::vector<PendingFree> pending_;
-  std::vector<PendingFree> unfenced_;   // device-ordered frees not yet behind a fence
-  std::deque<Fence> fences_;            // oldest first
+  std::vector<PendingFree> unfenced_;    // device-ordered frees waiting for a fence
+  std::vector<EventHandle> last_fence_;  // events of the newest fence
   std::vector<StreamHandle> fence_streams_;
-  unsigned fence_poll_tick_ = 0;
+  bool may_grow_ = true;  // false: serve from the cache only, never from new device memory
   std::vector<EventHandle> idle_events_;
   std::vector<Block*> spare_blocks_;
   Stats stats_;

@@ -97,62 +97,52 @@ void DeviceAllocator::defer_until_device_idle(const LiveEntry& entry) {
   unfenced_.push_back(std::move(pending));
 }
 
-bool DeviceAllocator::record_fence(Fence* fence) {
-  // The legacy default stream orders after all work of every blocking stream (including
-  // per-thread default streams); non-blocking streams need events of their own.
+void DeviceAllocator::fence_device_ordered_frees() {
+  if (unfenced_.empty()) return;
+  // Events on the legacy default stream (it orders after every blocking stream, per-thread
+  // default streams included) and on every registered non-blocking stream, recorded now,
+  // after every use of the freed memory; then every one of those streams waits for all of
+  // them. Any work queued from here on, on any stream, runs after the old uses: the memory
+  // can be handed out at once, and the host never waits.
   std::vector<StreamHandle> streams = fence_streams_;
   streams.push_back(0);
+  std::vector<EventHandle> events;
+  bool ordered = true;
   for (StreamHandle stream : streams) {
     EventHandle event = 0;
-    if (take_event(&event) != Error::ok) return false;
-    if (device_.event_record(ordinal_, event, stream) != device::Status::ok) {
-      give_event(event);
-      return false;
+    if (take_event(&event) != Error::ok) {
+      ordered = false;
+      break;
     }
-    fence->events.push_back(event);
+    events.push_back(event);
+    ordered = device_.event_record(ordinal_, event, stream) == device::Status::ok;
+    if (!ordered) break;
   }
-  return true;
+  for (std::size_t s = 0; ordered && s < streams.size(); ++s) {
+    for (std::size_t e = 0; ordered && e < events.size(); ++e) {
+      if (e == s) continue;  // a stream is already ordered after its own event
+      ordered = device_.stream_wait_event(ordinal_, streams[s], events[e]) == device::Status::ok;
+    }
+  }
+  if (!ordered) {
+    log().debug("device {}: fence failed; synchronizing", ordinal_);
+    device_.synchronize(ordinal_);
+  }
+  // Streams created later wait for the newest fence (which follows all older ones).
+  for (EventHandle e : last_fence_) give_event(e);
+  last_fence_ = ordered ? std::move(events) : std::vector<EventHandle>{};
+  if (!ordered) {
+    for (EventHandle e : events) give_event(e);
+  }
+  for (PendingFree& p : unfenced_) complete_free(p.owner, p.addr, p.requested);
+  unfenced_.clear();
 }
 
-void DeviceAllocator::advance_fences(bool wait) {
-  if (wait && (!fences_.empty() || !unfenced_.empty())) {
-    // Everything queued so far finishes: no fence is needed any more.
-    device_.synchronize(ordinal_);
-    for (Fence& fence : fences_) {
-      for (EventHandle e : fence.events) give_event(e);
-      for (PendingFree& p : fence.frees) unfenced_.push_back(std::move(p));
-    }
-    fences_.clear();
-    for (PendingFree& p : unfenced_) complete_free(p.owner, p.addr, p.requested);
-    unfenced_.clear();
-    return;
-  }
-  while (!fences_.empty()) {
-    Fence& oldest = fences_.front();
-    bool done = true;
-    for (EventHandle e : oldest.events) {
-      const auto status = device_.event_query(e);
-      if (status == device::Status::not_ready) {
-        done = false;
-        break;
-      }
-    }
-    if (!done) break;
-    for (EventHandle e : oldest.events) give_event(e);
-    for (PendingFree& p : oldest.frees) complete_free(p.owner, p.addr, p.requested);
-    fences_.pop_front();
-  }
-  // At most two fences in flight: a new one waits until the older ones have passed.
-  if (unfenced_.empty() || fences_.size() >= 2) return;
-  Fence fence;
-  if (!record_fence(&fence)) {
-    for (EventHandle e : fence.events) give_event(e);
-    advance_fences(true);  // no events: fall back to waiting for the device
-    return;
-  }
-  fence.frees = std::move(unfenced_);
+void DeviceAllocator::complete_device_ordered_frees() {
+  if (unfenced_.empty()) return;
+  device_.synchronize(ordinal_);  // everything queued so far finishes
+  for (PendingFree& p : unfenced_) complete_free(p.owner, p.addr, p.requested);
   unfenced_.clear();
-  fences_.push_back(std::move(fence));
 }
 
 }  // namespace cudalloc
