@@ -5,8 +5,8 @@
 //
 // cuMemFree keeps cudaFree's guarantee (memory freed is not reused before the work queued
 // before the free is done) through device-ordered frees; cuMemFreeAsync keeps stream order.
-// Stream creation and destruction are watched so that device-ordered frees also wait for
-// non-blocking streams.
+// Stream creation and destruction are watched so that device-ordered frees are ordered
+// against every stream the program creates.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -24,7 +24,6 @@ using CUstream = void*;
 // CUresult values.
 constexpr int kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kNotInitialized = 3,
               kNoDevice = 100, kUnknown = 999;
-constexpr unsigned kNonBlocking = 0x1;         // CU_STREAM_NON_BLOCKING
 constexpr std::uint64_t kPerThreadFlag = 1 << 1;  // CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
 void* const kPerThreadStream = reinterpret_cast<void*>(0x2);  // CU_STREAM_PER_THREAD
 
@@ -69,8 +68,8 @@ int free_memory(const char* real_name, CUdeviceptr dptr, DeviceAllocator::FreeOr
   return call_real<int (*)(CUdeviceptr)>(real_name, dptr);
 }
 
-void watch_stream(CUstream stream, unsigned flags) {
-  if ((flags & kNonBlocking) == 0 || stream == nullptr) return;
+void watch_stream(CUstream stream) {
+  if (stream == nullptr) return;
   Allocator* a = allocator();
   Error err = Error::ok;
   if (DeviceAllocator* d = a != nullptr ? a->device(-1, &err) : nullptr) {
@@ -172,7 +171,7 @@ __attribute__((visibility("default"))) int cuMemGetInfo_v2(std::size_t* free_byt
 __attribute__((visibility("default"))) int cuStreamCreate(CUstream* stream, unsigned flags) {
   Inside inside;
   const int r = call_real<int (*)(CUstream*, unsigned)>("cuStreamCreate", stream, flags);
-  if (r == kSuccess && serve(inside)) watch_stream(*stream, flags);
+  if (r == kSuccess && serve(inside)) watch_stream(*stream);
   return r;
 }
 
@@ -182,7 +181,7 @@ __attribute__((visibility("default"))) int cuStreamCreateWithPriority(CUstream* 
   Inside inside;
   const int r = call_real<int (*)(CUstream*, unsigned, int)>("cuStreamCreateWithPriority",
                                                              stream, flags, priority);
-  if (r == kSuccess && serve(inside)) watch_stream(*stream, flags);
+  if (r == kSuccess && serve(inside)) watch_stream(*stream);
   return r;
 }
 

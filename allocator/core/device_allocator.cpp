@@ -48,8 +48,6 @@ void DeviceAllocator::drop_everything() {
   for (PendingFree& p : pending_) {
     for (EventHandle e : p.events) device_.event_destroy(e);
   }
-  for (EventHandle e : last_fence_) device_.event_destroy(e);
-  last_fence_.clear();
   pending_.clear();
   unfenced_.clear();
   live_ = LiveMap();
@@ -273,15 +271,10 @@ void DeviceAllocator::register_stream(StreamHandle stream) {
   if (std::find(fence_streams_.begin(), fence_streams_.end(), stream) != fence_streams_.end()) {
     return;
   }
+  // Memory already reused may have been freed while older work still used it: the new
+  // stream starts after all of that work.
+  order_streams_after_now({stream});
   fence_streams_.push_back(stream);
-  // A new stream has not waited for earlier fences: memory they released may still be in use
-  // by work queued before them.
-  for (EventHandle e : last_fence_) {
-    if (device_.stream_wait_event(ordinal_, stream, e) != device::Status::ok) {
-      device_.synchronize(ordinal_);
-      break;
-    }
-  }
 }
 
 void DeviceAllocator::unregister_stream(StreamHandle stream) {

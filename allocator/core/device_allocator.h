@@ -56,16 +56,18 @@ class DeviceAllocator {
   //           streams are covered by record_stream)
   //   device  not reused by any work that could run before the work queued on the device
   //           before the free (cudaFree's guarantee), on any stream. No device call at the
-  //           free: freed memory waits until an allocation would otherwise need new memory;
-  //           then one fence orders every stream after all of them
-  //           (fence_device_ordered_frees) and the memory is reused at once.
+  //           free. While only the default streams exist, their own ordering suffices and
+  //           the memory is reusable at once; with registered streams, freed memory waits
+  //           until an allocation would otherwise need new memory, then one fence orders
+  //           every stream after all of them (fence_device_ordered_frees) and it is reused.
   enum class FreeOrder { stream, device };
 
   // size 0 gives *ptr = nullptr and ok.
   Error allocate(std::size_t size, StreamHandle stream, void** ptr);
   Error deallocate(void* ptr, FreeOrder order = FreeOrder::stream);
-  // Non-blocking streams (created with CU_STREAM_NON_BLOCKING) that device-ordered frees must
-  // wait for. Streams are unregistered before they are destroyed.
+  // Streams created by the program (besides the default ones) that device-ordered frees must
+  // be ordered against. A new stream is made to wait for all work queued so far. Streams are
+  // unregistered before they are destroyed.
   void register_stream(StreamHandle stream);
   void unregister_stream(StreamHandle stream);
   // Forgets everything after waiting for the device: every segment goes back to the driver
@@ -137,6 +139,9 @@ class DeviceAllocator {
   // Device-ordered frees: fence (GPU-side ordering, no host wait) or complete after a device
   // synchronization (OOM path, empty_cache).
   void fence_device_ordered_frees();
+  // Makes every stream of `waiters` wait for the work queued so far on the legacy default
+  // stream and every registered stream; false (after a device synchronization) on failure.
+  bool order_streams_after_now(const std::vector<StreamHandle>& waiters);
   void complete_device_ordered_frees();
   void defer_until_device_idle(const LiveEntry& entry);
   template <typename F>
@@ -178,7 +183,6 @@ class DeviceAllocator {
   std::unordered_map<std::uintptr_t, std::vector<StreamHandle>> stream_uses_;
   std::vector<PendingFree> pending_;
   std::vector<PendingFree> unfenced_;    // device-ordered frees waiting for a fence
-  std::vector<EventHandle> last_fence_;  // events of the newest fence
   std::vector<StreamHandle> fence_streams_;
   bool may_grow_ = true;  // false: serve from the cache only, never from new device memory
   std::vector<EventHandle> idle_events_;

@@ -86,6 +86,13 @@ void DeviceAllocator::process_pending(bool wait) {
 namespace cudalloc {
 
 void DeviceAllocator::defer_until_device_idle(const LiveEntry& entry) {
+  // With no stream but the default ones, later work is already ordered after the free's
+  // (the legacy default stream orders against every blocking stream; per-thread default
+  // streams of different threads are the one case this cannot see): reuse at once.
+  if (fence_streams_.empty()) {
+    complete_free(entry.owner & ~kHasStreamUses, entry.key, entry.requested);
+    return;
+  }
   PendingFree pending;
   pending.owner = entry.owner & ~kHasStreamUses;
   pending.addr = entry.key;
@@ -97,18 +104,15 @@ void DeviceAllocator::defer_until_device_idle(const LiveEntry& entry) {
   unfenced_.push_back(std::move(pending));
 }
 
-void DeviceAllocator::fence_device_ordered_frees() {
-  if (unfenced_.empty()) return;
-  // Events on the legacy default stream (it orders after every blocking stream, per-thread
-  // default streams included) and on every registered non-blocking stream, recorded now,
-  // after every use of the freed memory; then every one of those streams waits for all of
-  // them. Any work queued from here on, on any stream, runs after the old uses: the memory
-  // can be handed out at once, and the host never waits.
-  std::vector<StreamHandle> streams = fence_streams_;
-  streams.push_back(0);
+bool DeviceAllocator::order_streams_after_now(const std::vector<StreamHandle>& waiters) {
+  // One event on the legacy default stream (it orders after all earlier work of every
+  // blocking stream) and one on every registered stream, recorded now; then every waiter
+  // waits for all of them (except its own, which its stream order already covers).
+  std::vector<StreamHandle> sources = fence_streams_;
+  sources.push_back(0);
   std::vector<EventHandle> events;
   bool ordered = true;
-  for (StreamHandle stream : streams) {
+  for (StreamHandle stream : sources) {
     EventHandle event = 0;
     if (take_event(&event) != Error::ok) {
       ordered = false;
@@ -118,21 +122,28 @@ void DeviceAllocator::fence_device_ordered_frees() {
     ordered = device_.event_record(ordinal_, event, stream) == device::Status::ok;
     if (!ordered) break;
   }
-  for (std::size_t s = 0; ordered && s < streams.size(); ++s) {
+  for (StreamHandle waiter : waiters) {
     for (std::size_t e = 0; ordered && e < events.size(); ++e) {
-      if (e == s) continue;  // a stream is already ordered after its own event
-      ordered = device_.stream_wait_event(ordinal_, streams[s], events[e]) == device::Status::ok;
+      if (sources[e] == waiter) continue;
+      ordered = device_.stream_wait_event(ordinal_, waiter, events[e]) == device::Status::ok;
     }
   }
+  // A wait takes the event's state when it is queued: the events can be recorded again.
+  for (EventHandle e : events) give_event(e);
   if (!ordered) {
-    log().debug("device {}: fence failed; synchronizing", ordinal_);
+    log().debug("device {}: ordering streams failed; synchronizing", ordinal_);
     device_.synchronize(ordinal_);
   }
-  // Streams created later wait for the newest fence (which follows all older ones).
-  for (EventHandle e : last_fence_) give_event(e);
-  last_fence_ = ordered ? std::move(events) : std::vector<EventHandle>{};
-  if (!ordered) {
-    for (EventHandle e : events) give_event(e);
+  return ordered;
+}
+
+void DeviceAllocator::fence_device_ordered_frees() {
+  if (unfenced_.empty()) return;
+  // Without registered streams there is nothing to order: see defer_until_device_idle.
+  if (!fence_streams_.empty()) {
+    std::vector<StreamHandle> waiters = fence_streams_;
+    waiters.push_back(0);
+    order_streams_after_now(waiters);
   }
   for (PendingFree& p : unfenced_) complete_free(p.owner, p.addr, p.requested);
   unfenced_.clear();

@@ -5,39 +5,47 @@ using namespace cudalloc::test;
 
 namespace {
 using Order = DeviceAllocator::FreeOrder;
-constexpr StreamHandle kNonBlocking = 0x77;
+constexpr StreamHandle kStream = 0x77;
 }  // namespace
+
+TEST_CASE("with only default streams, device-ordered frees are reused at once",
+          "[device_order]") {
+  Harness h;
+  void* p = h.get(64 * MiB);
+  REQUIRE(h.alloc->deallocate(p, Order::device) == Error::ok);
+  CHECK(h.get(64 * MiB) == p);
+  CHECK(h.fake.calls(CallKind::event_record) == 0);
+}
 
 TEST_CASE("device-ordered frees are reused behind a fence that orders every stream",
           "[device_order]") {
   Harness h;
   h.fake.set_manual_streams(true);
-  h.alloc->register_stream(kNonBlocking);
+  h.fake.enqueue_work(0, 0);  // earlier work on the legacy stream
+  h.alloc->register_stream(kStream);
+  bool ordered_at_creation = false;
+  for (const auto& w : h.fake.waits()) ordered_at_creation |= w.waiter == kStream && w.on == 0;
+  CHECK(ordered_at_creation);  // a new stream starts after the work queued before it
   void* small = h.get(4096);
   void* p = h.get(64 * MiB);
-  h.fake.enqueue_work(0, kNonBlocking);  // a kernel on a non-blocking stream still uses p
+  h.fake.enqueue_work(0, kStream);  // a kernel on the program's stream still uses p
+  const auto records = h.fake.calls(CallKind::event_record);
   REQUIRE(h.alloc->deallocate(p, Order::device) == Error::ok);
   h.check();
   CHECK(h.stats().active_count.current == 2);  // small, and p: not reusable yet
-  CHECK(h.fake.calls(CallKind::event_record) == 0);  // the free itself made no device call
   void* other = h.get(4096);  // served from the cache: no fence needed
-  CHECK(h.fake.calls(CallKind::event_record) == 0);
+  CHECK(h.fake.calls(CallKind::event_record) == records);
   void* q = h.get(64 * MiB);  // would need new memory: fence, then reuse
   CHECK(q == p);
-  CHECK(h.fake.calls(CallKind::event_record) == 2);  // legacy + the non-blocking stream
+  CHECK(h.fake.calls(CallKind::event_record) == records + 2);  // legacy + the program's stream
   bool legacy_waits = false, side_waits = false;
   for (const auto& w : h.fake.waits()) {
-    legacy_waits |= w.waiter == 0 && w.on == kNonBlocking && w.until == 1;
-    side_waits |= w.waiter == kNonBlocking && w.on == 0;
+    legacy_waits |= w.waiter == 0 && w.on == kStream && w.until == 1;
+    side_waits |= w.waiter == kStream && w.on == 0;
   }
   CHECK(legacy_waits);  // later work anywhere runs after the kernel that used p
   CHECK(side_waits);
-  CHECK_FALSE(h.fake.stream_idle(0, kNonBlocking));  // and the host never waited
-  // A stream created afterwards waits for the newest fence too.
-  h.alloc->register_stream(0x88);
-  bool new_waits = false;
-  for (const auto& w : h.fake.waits()) new_waits |= w.waiter == 0x88;
-  CHECK(new_waits);
+  CHECK_FALSE(h.fake.stream_idle(0, kStream));  // and the host never waited
   h.put(q);
   h.put(small);
   h.put(other);
@@ -46,6 +54,7 @@ TEST_CASE("device-ordered frees are reused behind a fence that orders every stre
 TEST_CASE("device-ordered frees are reused without growth, and the OOM path waits for them", "[device_order][oom]") {
   Harness h(Settings{}, fake_options(64 * MiB));
   h.fake.set_manual_streams(true);
+  h.alloc->register_stream(kStream);
   void* p = h.get(40 * MiB);
   h.fake.enqueue_work(0, 0);
   REQUIRE(h.alloc->deallocate(p, Order::device) == Error::ok);

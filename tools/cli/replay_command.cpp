@@ -28,6 +28,7 @@ struct ReplayArgs {
   bool table = false;
   bool skip_inconsistent = false;
   std::string snapshot;  // where to write cudalloc's state after the replay
+  bool device_order = false;
 };
 
 constexpr const char* kUsage =
@@ -40,6 +41,7 @@ constexpr const char* kUsage =
     "  --json      one JSON object per trace\n"
     "  --table     one Markdown table row per trace, with PyTorch's own figures\n"
     "  --skip-inconsistent  skip frees of unknown addresses and double allocs, and count them\n"
+    "  --device-order       free as cudaFree does under LD_PRELOAD (device-ordered, fenced)\n"
     "  --snapshot PATH      write cudalloc's state after the last event as a JSON snapshot\n"
     "                       (with its trace when --conf has trace:N); one trace only\n";
 
@@ -53,6 +55,8 @@ bool parse_args(const Args& args, ReplayArgs* r) {
       r->table = true;
     } else if (a == "--skip-inconsistent") {
       r->skip_inconsistent = true;
+    } else if (a == "--device-order") {
+      r->device_order = true;
     } else if (a == "--snapshot" && has_value) {
       r->snapshot = args[++i];
     } else if (a == "--conf" && has_value) {
@@ -140,7 +144,8 @@ int replay_one(const ReplayArgs& args, const Settings& settings, const std::stri
     };
     if (args.policy != "pytorch") {
       DeviceState state;
-      add(sum_c, replay::run_cudalloc(plan, settings, args.capacity, &state), ns_c);
+      add(sum_c, replay::run_cudalloc(plan, settings, args.capacity, &state, args.device_order),
+          ns_c);
       states.push_back(std::move(state));
     }
     if (args.policy != "cudalloc") add(sum_p, replay::run_pytorch(plan, args.capacity), ns_p);

@@ -41,7 +41,9 @@ double timed_replay(const Plan& plan, Allocate&& allocate, Release&& release, At
 }  // namespace
 
 PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint64_t capacity,
-                          DeviceState* final_state) {
+                          DeviceState* final_state, bool device_order) {
+  const auto order = device_order ? DeviceAllocator::FreeOrder::device
+                                  : DeviceAllocator::FreeOrder::stream;
   device::FakeDevice::Options options;
   options.capacity = capacity;
   options.devices = plan.device + 1;
@@ -54,7 +56,7 @@ PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint6
       [&](std::uint64_t size, std::uint64_t stream, void** p) {
         return alloc.allocate(size, stream, p) == Error::ok;
       },
-      [&](void* p) { alloc.deallocate(p); },
+      [&](void* p) { alloc.deallocate(p, order); },
       [&] {
         if (final_state != nullptr) *final_state = alloc.state();
       },

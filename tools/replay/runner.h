@@ -24,8 +24,10 @@ struct PolicyResult {
 // cudalloc's own allocator (DeviceAllocator on a FakeDevice of `capacity` bytes). With
 // final_state, the allocator's state after the last event (the trace's live allocations
 // still in place) is copied there.
+// With device_order, frees are device-ordered (as cudaFree under LD_PRELOAD) instead of
+// stream-ordered (as PyTorch's pluggable allocator).
 PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint64_t capacity,
-                          DeviceState* final_state = nullptr);
+                          DeviceState* final_state = nullptr, bool device_order = false);
 // PyTorch's native caching rules (PytorchModel).
 PolicyResult run_pytorch(const Plan& plan, std::uint64_t capacity);
 
