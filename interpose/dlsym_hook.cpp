@@ -22,9 +22,11 @@ constexpr const char* kExported[] = {
     "cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocPitch_v2", "cuMemGetInfo_v2", "cuMemAllocAsync",
     "cuMemAllocAsync_ptsz", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuStreamCreate",
     "cuStreamCreateWithPriority", "cuStreamDestroy_v2", "cuGetProcAddress",
-    "cuGetProcAddress_v2", "cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync",
+    "cuGetProcAddress_v2", "cuDevicePrimaryCtxReset_v2", "cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync",
     "cudaMallocAsync_ptsz", "cudaFreeAsync_ptsz", "cudaMallocPitch", "cudaMemGetInfo",
-    "cudaDeviceReset", "cudaGetDriverEntryPoint", "cudaGetDriverEntryPointByVersion"};
+    "cudaDeviceReset", "cudaGetDriverEntryPoint", "cudaGetDriverEntryPointByVersion",
+    "cudaStreamCreate", "cudaStreamCreateWithFlags", "cudaStreamCreateWithPriority",
+    "cudaStreamDestroy"};
 
 // This library's own handle, to look up its definitions (RTLD_DEFAULT would find the
 // program's first).

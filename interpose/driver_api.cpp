@@ -197,6 +197,18 @@ __attribute__((visibility("default"))) int cuStreamDestroy_v2(CUstream stream) {
   return call_real<int (*)(CUstream)>("cuStreamDestroy", stream);
 }
 
+// cudaDeviceReset of a statically linked runtime arrives here: everything cudalloc holds on
+// the device goes back before the context's memory does.
+__attribute__((visibility("default"))) int cuDevicePrimaryCtxReset_v2(int device) {
+  Inside inside;
+  if (serve(inside)) {
+    Allocator* a = allocator();
+    Error err = Error::ok;
+    if (DeviceAllocator* d = a != nullptr ? a->device(device, &err) : nullptr) d->reset();
+  }
+  return call_real<int (*)(int)>("cuDevicePrimaryCtxReset", device);
+}
+
 __attribute__((visibility("default"))) int cuGetProcAddress_v2(const char* symbol, void** fn,
                                                                int version,
                                                                std::uint64_t flags,
@@ -247,6 +259,8 @@ const Hook kHooks[] = {
     {"cuStreamCreateWithPriority", "cuStreamCreateWithPriority",
      reinterpret_cast<void*>(&cuStreamCreateWithPriority), nullptr},
     {"cuStreamDestroy", "cuStreamDestroy_v2", reinterpret_cast<void*>(&cuStreamDestroy_v2), nullptr},
+    {"cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2",
+     reinterpret_cast<void*>(&cuDevicePrimaryCtxReset_v2), nullptr},
     {"cuGetProcAddress", "cuGetProcAddress_v2", reinterpret_cast<void*>(&cuGetProcAddress_v2),
      nullptr},
 };

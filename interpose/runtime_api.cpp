@@ -185,4 +185,52 @@ __attribute__((visibility("default"))) int cudaGetDriverEntryPointByVersion(
       "cudaGetDriverEntryPointByVersion", symbol, fn, version, flags, status);
 }
 
+// Streams the program creates are watched, so that device-ordered frees are ordered against
+// them (the runtime may create them without going through the hooked driver entry points).
+static void watch_runtime_stream(int result, void** stream) {
+  if (result != kSuccess || stream == nullptr || *stream == nullptr) return;
+  Allocator* a = allocator();
+  Error err = Error::ok;
+  if (DeviceAllocator* d = a != nullptr ? a->device(-1, &err) : nullptr) {
+    d->register_stream(reinterpret_cast<StreamHandle>(*stream));
+  }
+}
+
+__attribute__((visibility("default"))) int cudaStreamCreate(void** stream) {
+  Inside inside;
+  const int r = call_real<int (*)(void**)>("cudaStreamCreate", stream);
+  if (serve(inside)) watch_runtime_stream(r, stream);
+  return r;
+}
+
+__attribute__((visibility("default"))) int cudaStreamCreateWithFlags(void** stream,
+                                                                     unsigned flags) {
+  Inside inside;
+  const int r = call_real<int (*)(void**, unsigned)>("cudaStreamCreateWithFlags", stream, flags);
+  if (serve(inside)) watch_runtime_stream(r, stream);
+  return r;
+}
+
+__attribute__((visibility("default"))) int cudaStreamCreateWithPriority(void** stream,
+                                                                        unsigned flags,
+                                                                        int priority) {
+  Inside inside;
+  const int r = call_real<int (*)(void**, unsigned, int)>("cudaStreamCreateWithPriority", stream,
+                                                          flags, priority);
+  if (serve(inside)) watch_runtime_stream(r, stream);
+  return r;
+}
+
+__attribute__((visibility("default"))) int cudaStreamDestroy(void* stream) {
+  Inside inside;
+  if (serve(inside)) {
+    if (Allocator* a = allocator()) {
+      a->for_each_device([&](DeviceAllocator& d) {
+        d.unregister_stream(reinterpret_cast<StreamHandle>(stream));
+      });
+    }
+  }
+  return call_real<int (*)(void*)>("cudaStreamDestroy", stream);
+}
+
 }  // extern "C"
