@@ -21,22 +21,11 @@ namespace {
 
 using CUdeviceptr = unsigned long long;
 using CUstream = void*;
-// CUresult values.
-constexpr int kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kNotInitialized = 3,
-              kNoDevice = 100, kUnknown = 999;
+// CUresult values (the rest come from to_cuda_error).
+constexpr int kSuccess = 0, kInvalidValue = 1, kNotInitialized = 3;
 constexpr std::uint64_t kPerThreadFlag = 1 << 1;  // CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
 void* const kPerThreadStream = reinterpret_cast<void*>(0x2);  // CU_STREAM_PER_THREAD
 
-int to_driver_error(Error e) {
-  switch (e) {
-    case Error::ok: return kSuccess;
-    case Error::out_of_memory: return kOutOfMemory;
-    case Error::invalid_value:
-    case Error::invalid_pointer: return kInvalidValue;
-    case Error::no_device: return kNoDevice;
-    default: return kUnknown;
-  }
-}
 
 template <typename Fn, typename... Args>
 int call_real(const char* base_name, Args... args) {
@@ -46,14 +35,10 @@ int call_real(const char* base_name, Args... args) {
 
 int allocate(CUdeviceptr* dptr, std::size_t size, void* stream) {
   if (dptr == nullptr) return kInvalidValue;
-  Allocator* a = allocator();
-  Error err = Error::ok;
-  DeviceAllocator* d = a != nullptr ? a->device(-1, &err) : nullptr;
-  if (d == nullptr) return to_driver_error(err);
   void* p = nullptr;
-  err = d->allocate(size, reinterpret_cast<StreamHandle>(stream), &p);
+  const Error err = allocate_on_current(&p, size, stream);
   *dptr = reinterpret_cast<CUdeviceptr>(p);
-  return to_driver_error(err);
+  return to_cuda_error(err);
 }
 
 int free_memory(const char* real_name, CUdeviceptr dptr, DeviceAllocator::FreeOrder order,
@@ -66,15 +51,6 @@ int free_memory(const char* real_name, CUdeviceptr dptr, DeviceAllocator::FreeOr
   }
   if (on_stream) return call_real<int (*)(CUdeviceptr, CUstream)>(real_name, dptr, stream);
   return call_real<int (*)(CUdeviceptr)>(real_name, dptr);
-}
-
-void watch_stream(CUstream stream) {
-  if (stream == nullptr) return;
-  Allocator* a = allocator();
-  Error err = Error::ok;
-  if (DeviceAllocator* d = a != nullptr ? a->device(-1, &err) : nullptr) {
-    d->register_stream(reinterpret_cast<StreamHandle>(stream));
-  }
 }
 
 }  // namespace
@@ -146,7 +122,7 @@ __attribute__((visibility("default"))) int cuMemAllocPitch_v2(CUdeviceptr* dptr,
   if (pitch == nullptr || (element_size != 4 && element_size != 8 && element_size != 16)) {
     return kInvalidValue;
   }
-  *pitch = round_up(width, 512);
+  *pitch = round_up(width, kPitchAlignment);
   return allocate(dptr, *pitch * height, nullptr);
 }
 
@@ -157,15 +133,7 @@ __attribute__((visibility("default"))) int cuMemGetInfo_v2(std::size_t* free_byt
     return call_real<int (*)(std::size_t*, std::size_t*)>("cuMemGetInfo", free_bytes,
                                                           total_bytes);
   }
-  Allocator* a = allocator();
-  Error err = Error::ok;
-  DeviceAllocator* d = a != nullptr ? a->device(-1, &err) : nullptr;
-  if (d == nullptr) return to_driver_error(err);
-  std::size_t f = 0, t = 0;  // NULL arguments are allowed (and seen in the wild)
-  err = d->memory_info(&f, &t);
-  if (free_bytes != nullptr) *free_bytes = f;
-  if (total_bytes != nullptr) *total_bytes = t;
-  return to_driver_error(err);
+  return to_cuda_error(memory_info(free_bytes, total_bytes));  // NULLs allowed
 }
 
 __attribute__((visibility("default"))) int cuStreamCreate(CUstream* stream, unsigned flags) {
@@ -187,13 +155,7 @@ __attribute__((visibility("default"))) int cuStreamCreateWithPriority(CUstream* 
 
 __attribute__((visibility("default"))) int cuStreamDestroy_v2(CUstream stream) {
   Inside inside;
-  if (serve(inside)) {
-    if (Allocator* a = allocator()) {
-      a->for_each_device([&](DeviceAllocator& d) {
-        d.unregister_stream(reinterpret_cast<StreamHandle>(stream));
-      });
-    }
-  }
+  if (serve(inside)) unwatch_stream(stream);
   return call_real<int (*)(CUstream)>("cuStreamDestroy", stream);
 }
 
@@ -201,11 +163,7 @@ __attribute__((visibility("default"))) int cuStreamDestroy_v2(CUstream stream) {
 // the device goes back before the context's memory does.
 __attribute__((visibility("default"))) int cuDevicePrimaryCtxReset_v2(int device) {
   Inside inside;
-  if (serve(inside)) {
-    Allocator* a = allocator();
-    Error err = Error::ok;
-    if (DeviceAllocator* d = a != nullptr ? a->device(device, &err) : nullptr) d->reset();
-  }
+  if (serve(inside)) reset_device(device);
   return call_real<int (*)(int)>("cuDevicePrimaryCtxReset", device);
 }
 

@@ -17,23 +17,11 @@ using namespace cudalloc::interpose;
 
 namespace {
 
-// cudaError_t values.
-constexpr int kSuccess = 0, kInvalidValue = 1, kMemoryAllocation = 2, kNoDevice = 100,
-              kUnknown = 999;
-constexpr std::size_t kPitchAlignment = 512;
+// cudaError_t values (the rest come from to_cuda_error).
+constexpr int kSuccess = 0, kInvalidValue = 1, kUnknown = 999;
 // cudaStreamPerThread, what a _ptsz entry point means by stream 0.
 void* const kPerThreadStream = reinterpret_cast<void*>(0x2);
 
-int to_runtime_error(Error e) {
-  switch (e) {
-    case Error::ok: return kSuccess;
-    case Error::out_of_memory: return kMemoryAllocation;
-    case Error::invalid_value:
-    case Error::invalid_pointer: return kInvalidValue;
-    case Error::no_device: return kNoDevice;
-    default: return kUnknown;
-  }
-}
 
 template <typename Fn, typename... Args>
 int call_real(const char* name, Args... args) {
@@ -43,12 +31,7 @@ int call_real(const char* name, Args... args) {
 
 int allocate(void** ptr, std::size_t size, void* stream) {
   if (ptr == nullptr) return kInvalidValue;
-  Allocator* a = allocator();
-  if (a == nullptr) return kUnknown;
-  Error err = Error::ok;
-  DeviceAllocator* d = a->device(-1, &err);
-  if (d == nullptr) return to_runtime_error(err);
-  return to_runtime_error(d->allocate(size, reinterpret_cast<StreamHandle>(stream), ptr));
+  return to_cuda_error(allocate_on_current(ptr, size, stream));
 }
 
 int free_memory(const char* real_name, void* ptr, DeviceAllocator::FreeOrder order,
@@ -131,25 +114,13 @@ __attribute__((visibility("default"))) int cudaMemGetInfo(std::size_t* free_byte
     return call_real<int (*)(std::size_t*, std::size_t*)>("cudaMemGetInfo", free_bytes,
                                                           total_bytes);
   }
-  Allocator* a = allocator();
-  Error err = Error::ok;
-  DeviceAllocator* d = a != nullptr ? a->device(-1, &err) : nullptr;
-  if (d == nullptr) return to_runtime_error(err);
-  std::size_t f = 0, t = 0;  // callers may pass NULL for either
-  err = d->memory_info(&f, &t);
-  if (free_bytes != nullptr) *free_bytes = f;
-  if (total_bytes != nullptr) *total_bytes = t;
-  return to_runtime_error(err);
+  return to_cuda_error(memory_info(free_bytes, total_bytes));
 }
 
 __attribute__((visibility("default"))) int cudaDeviceReset() {
   Inside inside;
-  if (serve(inside)) {
-    // Everything cudalloc holds on the current device goes back before the context does.
-    Allocator* a = allocator();
-    Error err = Error::ok;
-    if (DeviceAllocator* d = a != nullptr ? a->device(-1, &err) : nullptr) d->reset();
-  }
+  // Everything cudalloc holds on the current device goes back before the context does.
+  if (serve(inside)) reset_device(-1);
   return call_real<int (*)()>("cudaDeviceReset");
 }
 
@@ -187,19 +158,14 @@ __attribute__((visibility("default"))) int cudaGetDriverEntryPointByVersion(
 
 // Streams the program creates are watched, so that device-ordered frees are ordered against
 // them (the runtime may create them without going through the hooked driver entry points).
-static void watch_runtime_stream(int result, void** stream) {
-  if (result != kSuccess || stream == nullptr || *stream == nullptr) return;
-  Allocator* a = allocator();
-  Error err = Error::ok;
-  if (DeviceAllocator* d = a != nullptr ? a->device(-1, &err) : nullptr) {
-    d->register_stream(reinterpret_cast<StreamHandle>(*stream));
-  }
+static void watch_created(int result, void** stream) {
+  if (result == kSuccess && stream != nullptr) watch_stream(*stream);
 }
 
 __attribute__((visibility("default"))) int cudaStreamCreate(void** stream) {
   Inside inside;
   const int r = call_real<int (*)(void**)>("cudaStreamCreate", stream);
-  if (serve(inside)) watch_runtime_stream(r, stream);
+  if (serve(inside)) watch_created(r, stream);
   return r;
 }
 
@@ -207,7 +173,7 @@ __attribute__((visibility("default"))) int cudaStreamCreateWithFlags(void** stre
                                                                      unsigned flags) {
   Inside inside;
   const int r = call_real<int (*)(void**, unsigned)>("cudaStreamCreateWithFlags", stream, flags);
-  if (serve(inside)) watch_runtime_stream(r, stream);
+  if (serve(inside)) watch_created(r, stream);
   return r;
 }
 
@@ -217,19 +183,13 @@ __attribute__((visibility("default"))) int cudaStreamCreateWithPriority(void** s
   Inside inside;
   const int r = call_real<int (*)(void**, unsigned, int)>("cudaStreamCreateWithPriority", stream,
                                                           flags, priority);
-  if (serve(inside)) watch_runtime_stream(r, stream);
+  if (serve(inside)) watch_created(r, stream);
   return r;
 }
 
 __attribute__((visibility("default"))) int cudaStreamDestroy(void* stream) {
   Inside inside;
-  if (serve(inside)) {
-    if (Allocator* a = allocator()) {
-      a->for_each_device([&](DeviceAllocator& d) {
-        d.unregister_stream(reinterpret_cast<StreamHandle>(stream));
-      });
-    }
-  }
+  if (serve(inside)) unwatch_stream(stream);
   return call_real<int (*)(void*)>("cudaStreamDestroy", stream);
 }
 

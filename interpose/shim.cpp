@@ -55,6 +55,72 @@ Allocator* allocator() {
   }
 }
 
+int to_cuda_error(Error e) {
+  switch (e) {
+    case Error::ok: return 0;
+    case Error::invalid_value:
+    case Error::invalid_pointer: return 1;
+    case Error::out_of_memory: return 2;
+    case Error::no_device: return 100;
+    default: return 999;
+  }
+}
+
+DeviceAllocator* current_device(Error* err) {
+  Allocator* a = allocator();
+  if (a == nullptr) {
+    *err = Error::internal;
+    return nullptr;
+  }
+  return a->device(-1, err);
+}
+
+Error allocate_on_current(void** ptr, std::size_t size, void* stream) {
+  Error err = Error::ok;
+  DeviceAllocator* d = current_device(&err);
+  if (d == nullptr) return err;
+  try {
+    return d->allocate(size, reinterpret_cast<StreamHandle>(stream), ptr);
+  } catch (...) {
+    return Error::internal;
+  }
+}
+
+Error memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {
+  Error err = Error::ok;
+  DeviceAllocator* d = current_device(&err);
+  if (d == nullptr) return err;
+  std::size_t f = 0, t = 0;
+  err = d->memory_info(&f, &t);
+  if (free_bytes != nullptr) *free_bytes = f;
+  if (total_bytes != nullptr) *total_bytes = t;
+  return err;
+}
+
+void reset_device(int device) {
+  Allocator* a = allocator();
+  Error err = Error::ok;
+  if (DeviceAllocator* d = a != nullptr ? a->device(device, &err) : nullptr) d->reset();
+}
+
+void watch_stream(void* stream) {
+  Error err = Error::ok;
+  DeviceAllocator* d = stream != nullptr ? current_device(&err) : nullptr;
+  if (d == nullptr) return;
+  try {
+    d->register_stream(reinterpret_cast<StreamHandle>(stream));
+  } catch (...) {
+    // Out of host memory for the stream list: the stream stays unwatched.
+  }
+}
+
+void unwatch_stream(void* stream) {
+  if (Allocator* a = allocator()) {
+    a->for_each_device(
+        [&](DeviceAllocator& d) { d.unregister_stream(reinterpret_cast<StreamHandle>(stream)); });
+  }
+}
+
 FreeResult free_if_ours(void* ptr, DeviceAllocator::FreeOrder order, void* stream,
                         bool ordered_on_stream) {
   Allocator* a = allocator();

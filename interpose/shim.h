@@ -38,6 +38,20 @@ inline bool serve(const Inside& inside) { return inside.entered() && enabled(); 
 // The process-wide allocator, or nullptr if it cannot be created.
 Allocator* allocator();
 
+// The CUDA error code of an Error. cudaError_t and CUresult agree on every code used here:
+// 0 success, 1 invalid value, 2 out of memory, 100 no device, 999 unknown.
+int to_cuda_error(Error e);
+
+// The work the runtime and driver entry points share; errors are cudalloc's, each entry
+// point turns them into its own API's codes.
+DeviceAllocator* current_device(Error* err);            // the calling thread's device
+Error allocate_on_current(void** ptr, std::size_t size, void* stream);
+Error memory_info(std::size_t* free_bytes, std::size_t* total_bytes);  // either may be NULL
+void reset_device(int device);                          // -1: the current device
+void watch_stream(void* stream);                        // a stream the program created
+void unwatch_stream(void* stream);                      // before it is destroyed
+constexpr std::size_t kPitchAlignment = 512;            // row pitch of pitched allocations
+
 // Outcome of freeing through cudalloc.
 enum class FreeResult { freed, not_ours, failed };
 FreeResult free_if_ours(void* ptr, DeviceAllocator::FreeOrder order, void* stream, bool ordered_on_stream);
