@@ -18,6 +18,20 @@ namespace {
 
 int failures = 0;
 
+// CUDA used from static constructors and destructors: before main and after it returns.
+struct StaticUser {
+  void* early = nullptr;
+  void* late = nullptr;
+  StaticUser() { cudaMalloc(&early, 4096); }
+  ~StaticUser() {
+    // After main: a free of memory allocated before main and of memory allocated in main.
+    if ((early != nullptr && cudaFree(early) != cudaSuccess) ||
+        (late != nullptr && cudaFree(late) != cudaSuccess)) {
+      _exit(5);
+    }
+  }
+} g_static_user;
+
 void check(bool ok, const char* what) {
   std::printf("%s %s\n", ok ? "PASS" : "FAIL", what);
   failures += ok ? 0 : 1;
@@ -138,14 +152,16 @@ int main(int argc, char** argv) {
     check(mem_alloc && mem_alloc(&d, 64) == CUDA_ERROR_NO_DEVICE, "disabled: dlsym is the stub's");
     check(cudalloc_stat("allocated_count", true) == 0, "disabled: cudalloc served nothing");
   } else {
+    check(g_static_user.early != nullptr, "cudaMalloc from a static constructor");
+    check(cudaMalloc(&g_static_user.late, 512) == cudaSuccess, "memory for a static destructor");
     runtime_paths();
     driver_paths();
     entry_point_paths();
     fork_path();
-    // 1000 B, 4 KiB async, pitched, 300 MiB, two through dlsym/cuGetProcAddress, one through
-    // cudaGetDriverEntryPoint and one after fork: eight allocations succeeded.
-    check(cudalloc_stat("allocated_count", true) == 8, "cudalloc served the allocations");
-    check(cudalloc_stat("allocated_count", false) == 0, "and all of them were freed");
+    // Two for the static object, 1000 B, 4 KiB async, pitched, 300 MiB, two through
+    // dlsym/cuGetProcAddress, one through cudaGetDriverEntryPoint and one after fork.
+    check(cudalloc_stat("allocated_count", true) == 10, "cudalloc served the allocations");
+    check(cudalloc_stat("allocated_count", false) == 2, "all but the static object's were freed");
     auto validate = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "cudalloc_validate"));
     check(validate && validate(-1) == 0, "invariants hold");
   }
