@@ -130,8 +130,8 @@ Error DeviceAllocator::new_segment(StreamPool& pool, std::size_t size, bool slab
   }
   if (status == device::Status::out_of_memory) return Error::out_of_memory;
   if (status != device::Status::ok) {
-    return fail(Error::device_error, "device %d: allocating a segment of %zu bytes failed: %s",
-                ordinal_, bytes, device::status_name(status));
+    return fail(Error::device_error, "device %d: allocating a segment of %zu bytes failed: %s %s",
+                ordinal_, bytes, device::status_name(status), device_.last_failure());
   }
   auto* seg = new Segment;
   seg->base = reinterpret_cast<std::uintptr_t>(ptr);

@@ -15,8 +15,8 @@ Error DeviceAllocator::take_event(EventHandle* event) {
   }
   const auto status = device_.event_create(ordinal_, event);
   if (status == device::Status::ok) return Error::ok;
-  return fail(Error::device_error, "device %d: creating an event failed: %s", ordinal_,
-              device::status_name(status));
+  return fail(Error::device_error, "device %d: creating an event failed: %s %s", ordinal_,
+              device::status_name(status), device_.last_failure());
 }
 
 void DeviceAllocator::give_event(EventHandle event) { idle_events_.push_back(event); }

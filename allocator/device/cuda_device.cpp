@@ -311,6 +311,8 @@ Status without_context(bool needs_vmm, F&& f) {
 
 const char* cuda_last_error_name() { return t_last_error; }
 
+const char* CudaDevice::last_failure() const { return cuda_last_error_name(); }
+
 std::unique_ptr<Device> make_cuda_device() { return std::make_unique<CudaDevice>(); }
 
 int CudaDevice::device_count() {

@@ -44,6 +44,7 @@ class CudaDevice final : public Device {
   Status event_synchronize(EventHandle event) override;
   Status stream_wait_event(int dev, StreamHandle stream, EventHandle event) override;
   Status synchronize(int dev) override;
+  const char* last_failure() const override;
 };
 
 // A new CudaDevice. Instances are stateless views of one process-wide driver table, so any

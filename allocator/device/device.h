@@ -100,6 +100,10 @@ class Device {
   virtual Status stream_wait_event(int dev, StreamHandle stream, EventHandle event) = 0;
   // Waits for all work queued on the device.
   virtual Status synchronize(int dev) = 0;
+
+  // The calling thread's last failure in the device's own words ("CUDA_ERROR_OUT_OF_MEMORY"),
+  // for messages; "" when there is nothing more to say than the Status.
+  virtual const char* last_failure() const { return ""; }
 };
 
 // The process-wide device chosen by CUDALLOC_DEVICE: "cuda" (default) or "fake[:CAPACITY]"

@@ -115,5 +115,6 @@ TEST_CASE("events are pooled, not created per free", "[streams][record_stream]")
     h.put(q);
   }
   CHECK(h.fake.calls(CallKind::event_create) <= 2);
+  CHECK(h.fake.live_events() <= 2);
   CHECK(h.stats().active_count.current == 0);
 }
