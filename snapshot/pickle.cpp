@@ -86,6 +86,7 @@ class Unpickler {
   bool step_containers(unsigned char op, bool* handled);
   bool step_scalars(unsigned char op, bool* handled);
   bool step_memo(unsigned char op, bool* handled);
+  bool read_memo_index(bool text, bool one_byte, std::size_t* index);
   bool push_long(std::size_t n);
   bool push_string(std::size_t n);
   bool append_to_top(const std::vector<Ref>& items);
@@ -215,36 +216,36 @@ bool Unpickler::step_scalars(unsigned char op, bool* handled) {
   }
 }
 
+// The memo index argument of PUT/GET (text), BINPUT/BINGET (1 byte) or LONG_ (4 bytes).
+bool Unpickler::read_memo_index(bool text, bool one_byte, std::size_t* index) {
+  if (text) {
+    std::string line;
+    if (!read_line(&line)) return false;
+    *index = std::size_t(std::atoll(line.c_str()));
+    return true;
+  }
+  if (!need(one_byte ? 1 : 4)) return false;
+  *index = read_le(one_byte ? 1 : 4);
+  return true;
+}
+
 bool Unpickler::step_memo(unsigned char op, bool* handled) {
   *handled = true;
   std::size_t index = 0;
-  std::string line;
   switch (op) {
     case 0x94:  // MEMOIZE
       if (stack_.empty()) return fail("MEMOIZE on an empty stack");
       memo_.push_back(stack_.back());
       return true;
     case 'q': case 'r': case 'p':  // BINPUT, LONG_BINPUT, PUT
-      if (op == 'p') {
-        if (!read_line(&line)) return false;
-        index = std::size_t(std::atoll(line.c_str()));
-      } else {
-        if (!need(op == 'q' ? 1 : 4)) return false;
-        index = read_le(op == 'q' ? 1 : 4);
-      }
+      if (!read_memo_index(op == 'p', op == 'q', &index)) return false;
       if (stack_.empty()) return fail("PUT on an empty stack");
       if (index > (std::size_t{1} << 26)) return fail("memo index too large");
       if (memo_.size() <= index) memo_.resize(index + 1);
       memo_[index] = stack_.back();
       return true;
     case 'h': case 'j': case 'g':  // BINGET, LONG_BINGET, GET
-      if (op == 'g') {
-        if (!read_line(&line)) return false;
-        index = std::size_t(std::atoll(line.c_str()));
-      } else {
-        if (!need(op == 'h' ? 1 : 4)) return false;
-        index = read_le(op == 'h' ? 1 : 4);
-      }
+      if (!read_memo_index(op == 'g', op == 'h', &index)) return false;
       if (index >= memo_.size() || !memo_[index]) return fail("GET of an unknown memo entry");
       stack_.push_back(memo_[index]);
       return true;
