@@ -125,12 +125,12 @@ FreeResult free_if_ours(void* ptr, DeviceAllocator::FreeOrder order, void* strea
                         bool ordered_on_stream) {
   Allocator* a = allocator();
   if (a == nullptr) return FreeResult::not_ours;
-  DeviceAllocator* d = a->owner_of(ptr);
-  if (d == nullptr) return FreeResult::not_ours;
   try {
     // A free on another stream than the allocation's: the memory waits for that stream.
-    if (ordered_on_stream) d->record_stream(ptr, reinterpret_cast<StreamHandle>(stream));
-    return d->deallocate(ptr, order) == Error::ok ? FreeResult::freed : FreeResult::failed;
+    const auto handle = reinterpret_cast<StreamHandle>(stream);
+    const Error err = a->free_anywhere(ptr, order, ordered_on_stream ? &handle : nullptr);
+    if (err == Error::invalid_pointer) return FreeResult::not_ours;
+    return err == Error::ok ? FreeResult::freed : FreeResult::failed;
   } catch (...) {
     return FreeResult::failed;
   }

@@ -107,19 +107,10 @@ cudalloc_error_t cudalloc_deallocate(void* ptr, int device) {
   if (ptr == nullptr) return CUDALLOC_SUCCESS;
   return guarded([&]() -> Error {
     Allocator& a = process_allocator();
-    DeviceAllocator* d = nullptr;
+    if (device < 0) return a.free_anywhere(ptr, DeviceAllocator::FreeOrder::stream);
     Error err = Error::ok;
-    if (device >= 0) {
-      d = a.device(device, &err);
-      if (d == nullptr) return err;
-    } else {
-      d = a.owner_of(ptr);
-      if (d == nullptr) {
-        return fail(Error::invalid_pointer,
-                    "free of %p: not a live allocation of cudalloc on any device", ptr);
-      }
-    }
-    return d->deallocate(ptr);
+    DeviceAllocator* d = a.device(device, &err);
+    return d == nullptr ? err : d->deallocate(ptr);
   });
 }
 

@@ -45,9 +45,18 @@ DeviceAllocator* Allocator::owner_of(const void* ptr) {
   return nullptr;
 }
 
-}  // namespace cudalloc
-
-namespace cudalloc {
+Error Allocator::free_anywhere(void* ptr, DeviceAllocator::FreeOrder order,
+                               const StreamHandle* used_on) {
+  for (auto& slot : devices_) {
+    DeviceAllocator* d = slot.load(std::memory_order_acquire);
+    if (d == nullptr) continue;
+    if (used_on != nullptr && d->record_stream(ptr, *used_on) == Error::invalid_pointer) continue;
+    const Error err = d->deallocate(ptr, order);
+    if (err != Error::invalid_pointer) return err;
+  }
+  return fail(Error::invalid_pointer, "free of %p: not a live allocation of cudalloc on any device",
+              ptr);
+}
 
 void Allocator::lock_all() {
   create_mutex_.lock();

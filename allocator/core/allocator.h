@@ -30,6 +30,11 @@ class Allocator {
   }
   // The initialised device that has `ptr` live, or nullptr.
   DeviceAllocator* owner_of(const void* ptr);
+  // Frees `ptr` on whichever initialised device has it live, looking it up once per device
+  // (not once to find the owner and again to free). With `used_on`, the memory first waits
+  // for that stream too (record_stream). invalid_pointer when no device has it.
+  Error free_anywhere(void* ptr, DeviceAllocator::FreeOrder order,
+                      const StreamHandle* used_on = nullptr);
   // Calls f(DeviceAllocator&) for every initialised device.
   template <typename F>
   void for_each_device(F&& f) {

@@ -95,7 +95,11 @@ TEST_CASE("each device has its own allocator and state", "[concurrency][devices]
   CHECK(d1->stats().allocated_count.current == 1);
   CHECK(d0->stats().allocated_count.total == 2000);
   CHECK(fake.used_bytes(0) > 0);
-  REQUIRE(d1->deallocate(q) == Error::ok);
+  int on_host = 0;
+  CHECK(allocator.free_anywhere(&on_host, DeviceAllocator::FreeOrder::stream) ==
+        Error::invalid_pointer);
+  REQUIRE(allocator.free_anywhere(q, DeviceAllocator::FreeOrder::stream) == Error::ok);
+  CHECK(d1->stats().allocated_count.current == 0);
   CHECK(d0->validate().empty());
   CHECK(d1->validate().empty());
 }
