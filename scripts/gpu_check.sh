@@ -29,6 +29,7 @@ LIMIT_LOOP=60
 LIMIT_CHURN=60
 LIMIT_FRAMEWORKS=300
 LIMIT_SANITIZER=150
+LIMIT_TORCH_WORKLOADS=480
 
 # GPU_STEPS="bench preload ..." runs only the named steps (default: all).
 want() { [ -z "${GPU_STEPS:-}" ] || [[ " $GPU_STEPS " == *" $1 "* ]]; }
@@ -159,6 +160,11 @@ fi
 want torch-train && run_python_step torch-train "$LIMIT_TORCH_TRAIN" tests/python/test_torch_train.py
 want torch-empty && run_python_step torch-empty "$LIMIT_TORCH_EMPTY" tools/bench/torch_empty_bench.py
 want torch-snapshot && run_python_step torch-snapshot "$LIMIT_TORCH_SNAPSHOT" tests/python/test_snapshot_tools.py
+if want torch-workloads; then
+  run_step torch-workloads "$LIMIT_TORCH_WORKLOADS" env CUDALLOC_LIBRARY="$BUILD/libcudalloc.so" \
+    PYTHONPATH="tools/python${PYTHONPATH:+:$PYTHONPATH}" python3 tools/bench/torch_workloads.py \
+    --json "$OUT/torch_workloads.json"
+fi
 
 LOOP=$(find_binary training_loop training_loop)
 if want training-loop; then

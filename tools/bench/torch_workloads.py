@@ -1,0 +1,773 @@
+#!/usr/bin/env python3
+"""Real PyTorch workloads under three allocators: peak memory, step time, losses.
+
+    python3 tools/bench/torch_workloads.py [--workloads a,b,c] [--modes native,expandable,cudalloc]
+        [--steps N] [--json PATH] [--conf STR] [--repeat R] [--limit-fraction F]
+        [--deterministic] [--child-timeout S] [--dry-run]
+
+Every (workload, mode) runs in a fresh subprocess, because PyTorch's allocator can be chosen
+only once per process, before CUDA is used. The modes:
+  native      PyTorch's caching allocator (PYTORCH_CUDA_ALLOC_CONF unset);
+  expandable  PyTorch's allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True;
+  cudalloc    cudalloc.enable() first thing in the child, before torch touches CUDA;
+              CUDALLOC_CONF comes from --conf, else from the environment.
+PYTORCH_CUDA_ALLOC_CONF is removed for native and cudalloc.
+
+Workloads are those of shared/traces/record_traces.py (the reference traces): same models,
+configurations, batch sizes and seeds, run for more steps where that is cheap. Main ones
+(the default): gpt2_train, llama_train_varlen, resnet50_train, vit_train, gpt2_generate;
+extra ones, by name: bert_infer_varlen, maskrcnn_train, moe_train, t5_train.
+
+Per run: peak reserved and peak allocated bytes (native / expandable: torch.cuda.max_memory_*;
+cudalloc: stats()["reserved_bytes"|"allocated_bytes"]["peak"]), the time of each step between
+two torch.cuda.synchronize() calls (the first 2 steps are warm-up, left out of the median),
+each step's loss (inference: a checksum of the outputs) to compare with native, and for
+cudalloc the per-step deltas of page_maps, page_unmaps, page_waits and device_allocs.
+
+--repeat R runs native and cudalloc R times, interleaved (expandable once), to show machine
+noise. --limit-fraction F gives cudalloc limit = F x the workload's native peak reserved from
+the same invocation (native must be among the modes); an out-of-memory is reported as OOM.
+--deterministic turns on deterministic kernels (without it, atomics make losses differ
+slightly from run to run, also native against native). --dry-run prints the child commands.
+
+Output: a Markdown table on stdout, and with --json everything measured (rewritten after each
+child, so a killed run keeps what it finished). Exit status: 0 every run finished (OOM under
+--limit-fraction counts as finished), 1 a run failed, 77 torch is missing or nothing ran.
+The library comes from $CUDALLOC_LIBRARY or the usual places (see cudalloc.__init__).
+"""
+import argparse
+import importlib.util
+import json
+import math
+import os
+import random
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON_DIR = os.path.normpath(os.path.join(HERE, "..", "python"))
+RESULT_TAG = "RESULT "
+SKIP = 77
+WARMUP = 2
+MODES = ["native", "expandable", "cudalloc"]
+EXPANDABLE_CONF = "expandable_segments:True"
+CUDALLOC_COUNTERS = ["page_maps", "page_unmaps", "page_waits", "device_allocs",
+                     "device_frees", "alloc_retries", "ooms"]
+TORCH_COUNTERS = ["num_device_alloc", "num_device_free", "num_alloc_retries", "num_ooms"]
+GIB = float(1 << 30)
+
+
+# ---- Workloads (equivalent to shared/traces/record_traces.py) ---------------------------
+# Each builder takes the torch module and returns step(i) -> a 0-dim tensor: the loss of a
+# training step, a checksum of the outputs of an inference step.
+
+def gpt2_train(torch):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    m = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024)).cuda()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+
+    def step(i):
+        x = torch.randint(0, 50257, (8, 1024), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = m(input_ids=x, labels=x).loss
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        return loss.detach()
+    return step
+
+
+def _causal_lm_varlen(torch, m, rng, lengths):
+    """Training step of a causal LM on 16384 tokens of a length drawn from `lengths`."""
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+
+    def step(i):
+        L = rng.choice(lengths)
+        B = max(1, 16384 // L)
+        x = torch.randint(0, 32000, (B, L), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = m(input_ids=x, labels=x).loss
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        return loss.detach()
+    return step
+
+
+def llama_train_varlen(torch):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
+                      num_attention_heads=16, num_key_value_heads=16, vocab_size=32000,
+                      max_position_embeddings=4096)
+    m = LlamaForCausalLM(cfg).cuda()
+    m.gradient_checkpointing_enable()
+    m.train()
+    return _causal_lm_varlen(torch, m, random.Random(1),
+                             [128, 256, 384, 512, 768, 1024, 1536, 2048])
+
+
+def moe_train(torch):
+    from transformers import MixtralConfig, MixtralForCausalLM
+    cfg = MixtralConfig(hidden_size=768, intermediate_size=1536, num_hidden_layers=8,
+                        num_attention_heads=12, num_key_value_heads=4, num_local_experts=8,
+                        num_experts_per_tok=2, vocab_size=32000, max_position_embeddings=4096)
+    m = MixtralForCausalLM(cfg).cuda().train()
+    return _causal_lm_varlen(torch, m, random.Random(5), [256, 512, 1024, 2048])
+
+
+def resnet50_train(torch):
+    import torchvision
+    m = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    scaler = torch.amp.GradScaler()
+
+    def step(i):
+        x = torch.randn(128, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+        y = torch.randint(0, 1000, (128,), device="cuda")
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = torch.nn.functional.cross_entropy(m(x), y)
+        scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+    return step
+
+
+def vit_train(torch):
+    import torchvision
+    m = torchvision.models.vit_b_16().cuda()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+
+    def step(i):
+        x = torch.randn(64, 3, 224, 224, device="cuda")
+        y = torch.randint(0, 1000, (64,), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(m(x), y)
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        return loss.detach()
+    return step
+
+
+def bert_infer_varlen(torch):
+    from transformers import BertConfig, BertModel
+    m = BertModel(BertConfig()).cuda().eval().half()
+    rng = random.Random(2)
+
+    def step(i):
+        B, L = rng.randint(1, 64), rng.randint(16, 512)
+        x = torch.randint(0, 30522, (B, L), device="cuda")
+        with torch.inference_mode():
+            return m(input_ids=x).last_hidden_state.sum(dtype=torch.float32)
+    return step
+
+
+def gpt2_generate(torch):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    m = GPT2LMHeadModel(GPT2Config(n_layer=24, n_embd=1024, n_head=16)).cuda().eval().half()
+    rng = random.Random(3)
+
+    def step(i):
+        B, L, N = rng.randint(1, 16), rng.randint(16, 256), rng.randint(32, 256)
+        x = torch.randint(0, 50257, (B, L), device="cuda")
+        with torch.inference_mode():
+            out = m.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=N,
+                             min_new_tokens=N, do_sample=True, pad_token_id=0)
+            weights = torch.arange(1, out.shape[1] + 1, device=out.device)
+            return (out * weights).sum()  # token ids weighted by position
+    return step
+
+
+def _maskrcnn_batch(torch, rng):
+    imgs, tgts = [], []
+    for _ in range(4):
+        h, w = rng.randint(480, 1024), rng.randint(480, 1024)
+        imgs.append(torch.rand(3, h, w, device="cuda"))
+        k = rng.randint(1, 12)
+        xy = torch.rand(k, 2, device="cuda") * torch.tensor([w * 0.6, h * 0.6], device="cuda")
+        wh = torch.rand(k, 2, device="cuda") * 100 + 20
+        boxes = torch.cat([xy, xy + wh], 1)
+        masks = torch.zeros(k, h, w, dtype=torch.uint8, device="cuda")
+        for j in range(k):
+            x0, y0, x1, y1 = [int(v) for v in boxes[j].tolist()]
+            masks[j, y0:y1, x0:x1] = 1
+        labels = torch.randint(1, 91, (k,), device="cuda")
+        tgts.append(dict(boxes=boxes, labels=labels, masks=masks))
+    return imgs, tgts
+
+
+def maskrcnn_train(torch):
+    import torchvision
+    m = torchvision.models.detection.maskrcnn_resnet50_fpn(
+        weights=None, weights_backbone=None, num_classes=91).cuda().train()
+    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+    rng = random.Random(4)
+
+    def step(i):
+        imgs, tgts = _maskrcnn_batch(torch, rng)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = sum(m(imgs, tgts).values())
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        return loss.detach()
+    return step
+
+
+def t5_train(torch):
+    from transformers import T5Config, T5ForConditionalGeneration
+    cfg = T5Config(d_model=768, d_ff=3072, num_layers=12, num_heads=12,
+                   decoder_start_token_id=0, pad_token_id=0)
+    m = T5ForConditionalGeneration(cfg).cuda().train()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    rng = random.Random(6)
+
+    def step(i):
+        B, L, T = rng.randint(8, 32), rng.randint(64, 512), rng.randint(16, 128)
+        x = torch.randint(0, 32000, (B, L), device="cuda")
+        y = torch.randint(0, 32000, (B, T), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = m(input_ids=x, labels=y).loss
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        return loss.detach()
+    return step
+
+
+# name: (builder, default steps, modules it needs, what step() returns). The defaults keep a
+# default run (5 main workloads x 3 modes) near 4 minutes on an H200; gpt2_generate keeps
+# record_traces.py's 6 steps (its token count), the fixed-shape ones get 18 timed steps.
+WORKLOADS = {
+    "gpt2_train": (gpt2_train, 20, ["transformers"], "loss"),
+    "llama_train_varlen": (llama_train_varlen, 24, ["transformers"], "loss"),
+    "resnet50_train": (resnet50_train, 20, ["torchvision"], "loss"),
+    "vit_train": (vit_train, 20, ["torchvision"], "loss"),
+    "gpt2_generate": (gpt2_generate, 6, ["transformers"], "checksum"),
+    "bert_infer_varlen": (bert_infer_varlen, 60, ["transformers"], "checksum"),
+    "maskrcnn_train": (maskrcnn_train, 10, ["torchvision"], "loss"),
+    "moe_train": (moe_train, 12, ["transformers"], "loss"),
+    "t5_train": (t5_train, 12, ["transformers"], "loss"),
+}
+MAIN_WORKLOADS = ["gpt2_train", "llama_train_varlen", "resnet50_train", "vit_train",
+                  "gpt2_generate"]
+
+
+# ---- Child side -----------------------------------------------------------------------
+
+def _import_cudalloc():
+    try:
+        import cudalloc
+    except ImportError:
+        sys.path.insert(0, PYTHON_DIR)
+        import cudalloc
+    return cudalloc
+
+
+def _make_deterministic(torch):
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def _counter_reader(torch, cudalloc):
+    """A function returning the cumulative event counters of this mode."""
+    if cudalloc is not None:
+        def read():
+            s = cudalloc.stats()
+            return {n: s.get(n, {}).get("total", 0) for n in CUDALLOC_COUNTERS}
+    else:
+        def read():
+            s = torch.cuda.memory_stats()
+            return {n: s.get(n, 0) for n in TORCH_COUNTERS}
+    return read
+
+
+def _peaks(torch, cudalloc):
+    if cudalloc is None:
+        return {"peak_reserved": torch.cuda.max_memory_reserved(),
+                "peak_allocated": torch.cuda.max_memory_allocated()}
+    s = cudalloc.stats()
+    peak = lambda name: s.get(name, {}).get("peak", 0)
+    return {"peak_reserved": peak("reserved_bytes"), "peak_allocated": peak("allocated_bytes"),
+            "peak_requested": peak("requested_bytes"), "peak_mapped": peak("mapped_bytes")}
+
+
+def _is_oom(torch, e):
+    oom_type = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    return isinstance(e, oom_type) or "out of memory" in str(e).lower()
+
+
+def _run_steps(torch, step, steps, read_counters, result):
+    """Runs and times the steps, filling result; an exception ends the loop and is recorded."""
+    before = read_counters()
+    for i in range(steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        try:
+            value = step(i)
+            torch.cuda.synchronize()
+        except Exception as e:
+            result["status"] = "oom" if _is_oom(torch, e) else "error"
+            result["message"] = f"step {i}: {type(e).__name__}: {str(e)[:2000]}"
+            traceback.print_exc()
+            return
+        result["step_ms"].append((time.perf_counter() - start) * 1e3)
+        result["values"].append(float(value))
+        del value
+        after = read_counters()
+        result["counter_deltas"].append({n: after[n] - before[n] for n in after})
+        before = after
+
+
+def _load_workload(torch, name, result):
+    """The workload's step function, or None with the result marked skipped or failed."""
+    try:
+        return WORKLOADS[name][0](torch)
+    except ImportError as e:
+        result.update(status="skipped", message=f"{type(e).__name__}: {e}")
+    except Exception as e:
+        result.update(status="oom" if _is_oom(torch, e) else "error",
+                      message=f"setup: {type(e).__name__}: {str(e)[:2000]}")
+        traceback.print_exc()
+    return None
+
+
+def child_main(mode, name, steps, deterministic):
+    cudalloc = None
+    if mode == "cudalloc":
+        cudalloc = _import_cudalloc()
+        cudalloc.enable()  # before the first CUDA tensor
+    import torch
+    result = {"mode": mode, "workload": name, "status": "ok", "message": "",
+              "steps": steps, "step_ms": [], "values": [], "counter_deltas": [],
+              "value_kind": WORKLOADS[name][3], "torch": torch.__version__}
+    if not torch.cuda.is_available():
+        result.update(status="skipped", message="CUDA is not available")
+        print(RESULT_TAG + json.dumps(result), flush=True)
+        return 0
+    result["device"] = torch.cuda.get_device_name()
+    if cudalloc is not None:
+        result.update(cudalloc_version=cudalloc.version(), library=cudalloc.library_path(),
+                      cudalloc_conf=os.environ.get("CUDALLOC_CONF", ""))
+    if deterministic:
+        _make_deterministic(torch)
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    step = _load_workload(torch, name, result)
+    result["setup_s"] = time.perf_counter() - start
+    if cudalloc is not None:  # older builds lack some counters; they read as 0
+        result["counters_missing"] = [n for n in CUDALLOC_COUNTERS if n not in cudalloc.stats()]
+    if step is not None:
+        _run_steps(torch, step, steps, _counter_reader(torch, cudalloc), result)
+    try:
+        torch.cuda.synchronize()
+        result.update(_peaks(torch, cudalloc))
+        result["counters_end"] = _counter_reader(torch, cudalloc)()
+    except Exception as e:  # a sticky CUDA error after a failed step
+        result["message"] += f"; reading peaks: {type(e).__name__}: {e}"
+    sys.stdout.flush()
+    print(RESULT_TAG + json.dumps(result), flush=True)
+    return 0
+
+
+# ---- Parent side: running the children ----------------------------------------------------
+
+def _without_limit(conf):
+    keep = [p for p in conf.split(",") if p.strip()
+            and p.split(":", 1)[0].strip().lower() != "limit"]
+    return ",".join(keep)
+
+
+def env_changes(mode, args, limit=None):
+    """{variable: value, or None to remove it} for a child of `mode`."""
+    changes = {"PYTORCH_CUDA_ALLOC_CONF": EXPANDABLE_CONF if mode == "expandable" else None}
+    if mode == "cudalloc":
+        conf = args.conf if args.conf is not None else os.environ.get("CUDALLOC_CONF", "")
+        if limit is not None:
+            conf = ",".join(p for p in [_without_limit(conf), f"limit:{limit}"] if p)
+        changes["CUDALLOC_CONF"] = conf or None
+    if args.deterministic:
+        changes["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    return changes
+
+
+def child_command(mode, name, steps, args):
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--workloads", name,
+           "--steps", str(steps)]
+    return cmd + (["--deterministic"] if args.deterministic else [])
+
+
+def _child_env(changes):
+    env = dict(os.environ)
+    for key, value in changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [PYTHON_DIR, env.get("PYTHONPATH")] if p)
+    return env
+
+
+def describe(changes, cmd):
+    """The child's command as a shell line (PYTHONPATH, always extended, left out)."""
+    unset = [f"-u {k}" for k, v in changes.items() if v is None]
+    assign = [f"{k}={shlex.quote(v)}" for k, v in changes.items() if v is not None]
+    return " ".join((["env"] + unset if unset else []) + assign + [shlex.join(cmd)])
+
+
+def _text(data):
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "replace")
+    return data or ""
+
+
+def run_child(mode, name, steps, args, changes):
+    """Runs one child (stderr passes through); returns its result dict, failed or not."""
+    cmd = child_command(mode, name, steps, args)
+    try:
+        proc = subprocess.run(cmd, env=_child_env(changes), stdout=subprocess.PIPE, text=True,
+                              timeout=args.child_timeout)
+        out, code = proc.stdout, proc.returncode
+    except subprocess.TimeoutExpired as e:
+        out, code = _text(e.stdout), None
+    result = None
+    for line in out.splitlines():
+        if line.startswith(RESULT_TAG):
+            result = json.loads(line[len(RESULT_TAG):])
+        elif line.strip():
+            print(f"  [{name} {mode}] {line}")
+    if code is None:
+        return dict(result or {}, status="failed",
+                    message=f"timed out after {args.child_timeout} s")
+    if result is None or code != 0:
+        return dict(result or {}, status="failed",
+                    message=f"exit status {code}, result line {'present' if result else 'missing'}")
+    return result
+
+
+def plan(args):
+    """[(workload, round, mode)] in running order; expandable runs in round 0 only."""
+    runs = []
+    for name in args.workloads:
+        for r in range(args.repeat):
+            runs.extend((name, r, m) for m in args.modes if m != "expandable" or r == 0)
+    return runs
+
+
+def missing_modules(name):
+    return [m for m in WORKLOADS[name][2] if importlib.util.find_spec(m) is None]
+
+
+def _native_peak(results, name, r):
+    """Peak reserved of the workload's native run of round r, else of any round, else None."""
+    native = [x for x in results if x["workload"] == name and x["mode"] == "native"
+              and x["status"] == "ok" and x.get("peak_reserved")]
+    same = [x for x in native if x["round"] == r]
+    return (same or native or [{}])[0].get("peak_reserved")
+
+
+def _limit(results, name, r, mode, args):
+    """cudalloc's limit in bytes under --limit-fraction (None: no limit, 0: no native peak)."""
+    if mode != "cudalloc" or not args.limit_fraction:
+        return None
+    peak = _native_peak(results, name, r)
+    return int(args.limit_fraction * peak) if peak else 0
+
+
+def _progress(res):
+    timed = res.get("step_ms", [])[WARMUP:]
+    median = f"median {statistics.median(timed):.1f} ms" if timed else "no timed steps"
+    peak = res.get("peak_reserved")
+    peak = f"peak reserved {peak / GIB:.2f} GiB" if peak else "no peak"
+    msg = f" ({res['message']})" if res.get("message") else ""
+    print(f"{res['workload']} #{res['round'] + 1} {res['mode']}: {res['status']}{msg}; "
+          f"{len(res.get('step_ms', []))} steps, {median}, {peak}, {res['wall_s']:.0f} s",
+          flush=True)
+
+
+def run_one(name, r, mode, args, results):
+    """Runs (or skips) one child; returns its result with workload, round and mode."""
+    base = {"workload": name, "round": r, "mode": mode}
+    missing = missing_modules(name)
+    limit = _limit(results, name, r, mode, args)
+    if missing:
+        return dict(base, status="skipped", message=f"{', '.join(missing)} not installed")
+    if limit == 0:
+        return dict(base, status="skipped", message="no native peak for --limit-fraction")
+    steps = args.steps or WORKLOADS[name][1]
+    start = time.perf_counter()
+    res = run_child(mode, name, steps, args, env_changes(mode, args, limit))
+    res.update(base, limit_bytes=limit, wall_s=time.perf_counter() - start)
+    _progress(res)
+    return res
+
+
+def dry_run(args):
+    for name, r, mode in plan(args):
+        limit = None
+        if mode == "cudalloc" and args.limit_fraction:
+            limit = f"{args.limit_fraction}xNATIVE_PEAK_RESERVED"
+        steps = args.steps or WORKLOADS[name][1]
+        cmd = child_command(mode, name, steps, args)
+        missing = missing_modules(name)
+        note = f"   # would be skipped: {', '.join(missing)} not installed" if missing else ""
+        print(f"# {name} round {r + 1} {mode}{note}")
+        print(describe(env_changes(mode, args, limit), cmd))
+    return 0
+
+
+# ---- Report ---------------------------------------------------------------------------
+
+def _median_ms(res):
+    timed = res.get("step_ms", [])[WARMUP:] if res and res["status"] == "ok" else []
+    return statistics.median(timed) if timed else None
+
+
+def _timed_total_ms(res):
+    """Sum of the timed steps: for varying shapes a fairer figure than the median."""
+    timed = res.get("step_ms", [])[WARMUP:] if res and res["status"] == "ok" else []
+    return sum(timed) if timed else None
+
+
+def _steady(res, names):
+    """Median over the last half of the steps of the summed per-step deltas of `names`."""
+    if not res or any(n in res.get("counters_missing", []) for n in names):
+        return None
+    deltas = res.get("counter_deltas", [])
+    tail = deltas[len(deltas) // 2:]
+    return statistics.median(sum(d.get(n, 0) for n in names) for d in tail) if tail else None
+
+
+def values_diff(a, b):
+    """Max relative difference of two loss/checksum lists over their common prefix
+    (0.0: bitwise equal), and whether the lengths agree; None if either is empty."""
+    if not a or not b:
+        return None
+    worst = 0.0
+    for x, y in zip(a, b):
+        if x == y:
+            continue
+        if not (math.isfinite(x) and math.isfinite(y)):
+            worst = math.inf
+            break
+        worst = max(worst, abs(x - y) / max(abs(x), abs(y), 1e-30))
+    return {"max_rel": worst, "same_length": len(a) == len(b), "compared": min(len(a), len(b))}
+
+
+def _ratio(a, b):
+    return a / b if a and b else None
+
+
+def _ok(res, key):
+    return res.get(key) if res and res["status"] == "ok" else None
+
+
+def summarize_row(runs):
+    """runs: {mode: result} of one workload and round -> a row of figures (None: not known)."""
+    nat, exp, cud = (runs.get(m) for m in MODES)
+    reserved = {m: _ok(runs.get(m), "peak_reserved") for m in MODES}
+    allocated = {m: _ok(runs.get(m), "peak_allocated") for m in MODES}
+    median = {m: _median_ms(runs.get(m)) for m in MODES}
+    slower = _ratio(median["cudalloc"], median["native"])
+    return {
+        "status": {m: r["status"] for m, r in runs.items()},
+        "peak_reserved": reserved, "peak_allocated": allocated,
+        "fragmentation": {m: _ratio(reserved[m], allocated[m]) for m in MODES},
+        "cudalloc_vs_native": _ratio(reserved["cudalloc"], reserved["native"]),
+        "cudalloc_vs_expandable": _ratio(reserved["cudalloc"], reserved["expandable"]),
+        "median_step_ms": median,
+        "timed_total_ms": {m: _timed_total_ms(runs.get(m)) for m in MODES},
+        "step_time_vs_native_pct": (slower - 1) * 100 if slower else None,
+        "maps_unmaps_per_step": _steady(cud, ["page_maps", "page_unmaps"]),
+        "page_waits_per_step": _steady(cud, ["page_waits"]),
+        "device_allocs_per_step": _steady(cud, ["device_allocs"]),
+        "values_vs_native": {m: values_diff(nat and nat.get("values"), r and r.get("values"))
+                             for m, r in (("expandable", exp), ("cudalloc", cud))},
+    }
+
+
+def summarize(results, args):
+    """[(label, row)], one per workload and round; expandable's run (round 0) in every row."""
+    rows = []
+    for name in args.workloads:
+        for r in range(args.repeat):
+            runs = {x["mode"]: x for x in results if x["workload"] == name
+                    and (x["round"] == r or x["mode"] == "expandable")}
+            if runs:
+                label = name if args.repeat == 1 else f"{name} #{r + 1}"
+                rows.append((label, summarize_row(runs)))
+    return rows
+
+
+STATUS_CELL = {"oom": "OOM", "failed": "failed", "error": "failed", "skipped": "skipped"}
+
+
+def _cell(row, mode, value, fmt):
+    """A figure, or why there is none."""
+    status = row["status"].get(mode)
+    if status is None:
+        return "-"
+    if status != "ok":
+        return STATUS_CELL.get(status, status)
+    return fmt(value) if value is not None else "n/a"
+
+
+def _num(value, fmt):
+    return fmt.format(value) if value is not None else "-"
+
+
+def _diff_cell(d):
+    if d is None:
+        return "-"
+    text = "=" if d["max_rel"] == 0 else f"{d['max_rel']:.1e}"
+    return text + ("" if d["same_length"] else f" ({d['compared']} steps)")
+
+
+def _gib(n):
+    return f"{n / GIB:.2f}"
+
+
+def main_table(rows):
+    lines = ["| workload | native peak reserved GiB | expandable | cudalloc | cudalloc/native "
+             "| cudalloc/expandable | median step ms native / expandable / cudalloc "
+             "| cudalloc step time vs native | maps+unmaps per step (steady) "
+             "| losses vs native: cudalloc / expandable |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for label, row in rows:
+        peaks = [_cell(row, m, row["peak_reserved"][m], _gib) for m in MODES]
+        times = [_cell(row, m, row["median_step_ms"][m], "{:.1f}".format) for m in MODES]
+        diffs = [_diff_cell(row["values_vs_native"][m]) for m in ("cudalloc", "expandable")]
+        cells = [label] + peaks + [
+            _num(row["cudalloc_vs_native"], "{:.3f}"),
+            _num(row["cudalloc_vs_expandable"], "{:.3f}"),
+            " / ".join(times), _num(row["step_time_vs_native_pct"], "{:+.1f}%"),
+            _cell(row, "cudalloc", row["maps_unmaps_per_step"], "{:g}".format),
+            " / ".join(diffs)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def fragmentation_table(rows):
+    lines = ["| workload | peak allocated GiB native / expandable / cudalloc "
+             "| reserved/allocated native | expandable | cudalloc |", "|---|---|---|---|---|"]
+    for label, row in rows:
+        alloc = [_cell(row, m, row["peak_allocated"][m], _gib) for m in MODES]
+        frag = [_cell(row, m, row["fragmentation"][m], "{:.3f}".format) for m in MODES]
+        lines.append("| " + " | ".join([label, " / ".join(alloc)] + frag) + " |")
+    return lines
+
+
+def _header(results, args):
+    first = next((x for x in results if x.get("device")), {})
+    cud = next((x for x in results if x.get("cudalloc_version")), {})
+    conf = env_changes("cudalloc", args).get("CUDALLOC_CONF") or ""
+    conf = (_without_limit(conf) if args.limit_fraction else conf) or "(none)"
+    parts = [time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), first.get("device", "no GPU"),
+             f"torch {first.get('torch', '?')}", f"cudalloc {cud.get('cudalloc_version', '?')}",
+             f"CUDALLOC_CONF={conf}"]
+    if args.limit_fraction:
+        parts.append(f"cudalloc limit {args.limit_fraction} x native peak reserved")
+    parts.append("deterministic kernels" if args.deterministic else "default kernels")
+    return ", ".join(parts) + f"; `{shlex.join(['torch_workloads.py'] + sys.argv[1:])}`"
+
+
+NOTES = [
+    "Median step time over the steps after the first 2. maps+unmaps: cudalloc's page_maps + "
+    "page_unmaps per step, median over the last half of the steps (n/a: a library without "
+    "these counters). Losses (inference: output "
+    "checksums) against native: '=' bitwise equal, else the largest relative difference; "
+    "without --deterministic, atomics can make native differ from itself as much.",
+]
+
+
+def print_report(results, args):
+    rows = summarize(results, args)
+    print()
+    print(_header(results, args))
+    print()
+    print("\n".join(main_table(rows)))
+    print()
+    print("\n".join(fragmentation_table(rows)))
+    print()
+    print("\n".join(NOTES))
+    return rows
+
+
+def write_json(path, results, rows, args):
+    doc = {"benchmark": "torch_workloads", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                 time.gmtime()),
+           "argv": sys.argv[1:], "warmup_steps": WARMUP, "options": vars(args),
+           "rows": [dict(row, label=label) for label, row in rows], "runs": results}
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(tmp, path)
+
+
+# ---- Main -----------------------------------------------------------------------------
+
+def _names(text, known, what):
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown {what} {bad}; known: {', '.join(known)}")
+    return names
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workloads", default=",".join(MAIN_WORKLOADS),
+                   type=lambda s: _names(s, list(WORKLOADS), "workload"),
+                   help=f"comma-separated, of: {', '.join(WORKLOADS)} (default: the main five)")
+    p.add_argument("--modes", default=",".join(MODES),
+                   type=lambda s: _names(s, MODES, "mode"), help="of native,expandable,cudalloc")
+    p.add_argument("--steps", type=int, help="steps per run, warm-up included "
+                   "(default per workload: " + ", ".join(
+                       f"{n} {w[1]}" for n, w in WORKLOADS.items()) + ")")
+    p.add_argument("--json", metavar="PATH", help="write everything measured here as JSON")
+    p.add_argument("--conf", help="CUDALLOC_CONF for cudalloc (default: the environment's)")
+    p.add_argument("--repeat", type=int, default=1, help="native/cudalloc rounds (default 1)")
+    p.add_argument("--limit-fraction", type=float, metavar="F",
+                   help="cudalloc limit = F x the workload's native peak reserved")
+    p.add_argument("--deterministic", action="store_true", help="deterministic kernels")
+    p.add_argument("--child-timeout", type=float, default=240, metavar="S",
+                   help="seconds per child before it is killed (default 240)")
+    p.add_argument("--dry-run", action="store_true", help="print the child commands only")
+    p.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.modes = [m for m in MODES if m in args.modes]  # native first: --limit-fraction
+    if args.steps is not None and args.steps <= WARMUP:
+        p.error(f"--steps must be more than the {WARMUP} warm-up steps")
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
+    if args.limit_fraction is not None and args.limit_fraction <= 0:
+        p.error("--limit-fraction must be positive")
+    return args
+
+
+def _exit_status(results, args):
+    ran = [x for x in results if x["status"] != "skipped"]
+    if not ran:
+        return SKIP
+    allowed = {"ok", "oom"} if args.limit_fraction else {"ok"}
+    return 0 if all(x["status"] in allowed for x in ran) else 1
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.child:
+        name = args.workloads[0]
+        return child_main(args.child, name, args.steps or WORKLOADS[name][1], args.deterministic)
+    if args.dry_run:
+        return dry_run(args)
+    if importlib.util.find_spec("torch") is None:
+        print("SKIP: torch is not installed")
+        return SKIP
+    results = []
+    for name, r, mode in plan(args):
+        results.append(run_one(name, r, mode, args, results))
+        if args.json:
+            write_json(args.json, results, summarize(results, args), args)
+    rows = print_report(results, args)
+    if args.json:
+        write_json(args.json, results, rows, args)
+    return _exit_status(results, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
