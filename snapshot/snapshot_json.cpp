@@ -45,7 +45,7 @@ json segment_json(const DeviceState& d, const SegmentState& s) {
           {"stream", s.stream},
           {"segment_type", s.has_slabs ? "small" : "large"},
           {"segment_pool_id", json::array({0, 0})},
-          {"is_expandable", false},
+          {"is_expandable", s.paged},
           {"frames", json::array()},
           {"blocks", std::move(blocks)}};
 }

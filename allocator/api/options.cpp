@@ -79,6 +79,22 @@ std::string get_fraction(const Settings& s) {
   return text;
 }
 
+template <double Settings::*Field>
+bool set_share(Settings& s, std::string_view text, std::string* why) {
+  double v = 0;
+  if (!parse_double(text, &v) || !(v >= 0.0 && v <= 1.0)) {
+    return *why = "expected a number in [0, 1]", false;
+  }
+  s.*Field = v;
+  return true;
+}
+template <double Settings::*Field>
+std::string get_share(const Settings& s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", s.*Field);
+  return text;
+}
+
 template <bool Settings::*Field>
 bool set_boolean(Settings& s, std::string_view text, std::string* why) {
   bool v = false;
@@ -125,6 +141,16 @@ std::span<const Option> options() {
        "requests get a segment of their own, rounded up to 2 MiB.",
        set_bytes<&Settings::large_segment, 2 << 20, kNoMax>,
        get_size<&Settings::large_segment>},
+      {"vmm", OptionType::boolean,
+       "Place blocks in virtual address ranges and map physical pages only under blocks in "
+       "use, so freed pages serve any later request (needs the driver's virtual memory "
+       "management; without it, plain segments are used).",
+       set_boolean<&Settings::vmm>, get_boolean<&Settings::vmm>},
+      {"page_slack", OptionType::fraction,
+       "With vmm: idle mapped pages allowed, as a fraction of reserved memory, before a request "
+       "moves an idle page instead of taking new memory. Higher: fewer page moves, more "
+       "memory.",
+       set_share<&Settings::page_slack>, get_share<&Settings::page_slack>},
       {"slab_keep", OptionType::count,
        "Empty slabs kept per size class and stream before one is returned to the block pool.",
        set_count<&Settings::slab_keep, 0, 1024>, get_size<&Settings::slab_keep>},

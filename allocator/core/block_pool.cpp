@@ -6,6 +6,8 @@
 //   2. a wholly free segment of another stream's pool, moved to T after an event recorded on
 //      its stream now has completed or T has been made to wait on it;
 //   3. a new segment from the device, within the reserve cap.
+// In paged mode step 2 never applies and step 3 reserves a virtual range; the pages under a
+// block are mapped when it is allocated (page_pool.cpp).
 #include <algorithm>
 
 #include "core/device_allocator.h"
@@ -30,6 +32,13 @@ Error DeviceAllocator::allocate_large(StreamPool& pool, std::size_t size, bool s
     if (err != Error::ok) return err;
   }
   split(pool, block, rounded);
+  if (block->segment->paged()) {
+    const Error err = use_pages(block->segment, block->addr, block->size);
+    if (err != Error::ok) {
+      merge_free(block);
+      return err;
+    }
+  }
   block->state = Block::State::allocated;
   *out = block;
   return Error::ok;
@@ -66,7 +75,8 @@ Block* DeviceAllocator::steal_segment(StreamPool& pool, std::size_t size) {
   for (auto& [stream, other] : pools_) {
     if (other.get() == &pool) continue;
     for (Segment* seg : other->segments) {
-      if (seg->size >= size && seg->wholly_free() && (best == nullptr || seg->size < best->size)) {
+      // Paged segments never move: their idle pages do (page_pool.cpp).
+      if (!seg->paged() && seg->size >= size && seg->wholly_free() && (best == nullptr || seg->size < best->size)) {
         best = seg;
       }
     }
@@ -115,6 +125,12 @@ std::size_t DeviceAllocator::segment_size_for(std::size_t size, bool slab) const
 }
 
 Error DeviceAllocator::new_segment(StreamPool& pool, std::size_t size, bool slab, Block** out) {
+  if (paged()) {
+    Segment* seg = nullptr;
+    const Error err = new_paged_segment(pool, size, &seg);
+    if (err == Error::ok) *out = seg->first;
+    return err;
+  }
   const std::size_t cap = reserve_cap();
   const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.current);
   std::size_t bytes = segment_size_for(size, slab);
@@ -166,9 +182,14 @@ void DeviceAllocator::split(StreamPool& pool, Block* block, std::size_t size) {
 }
 
 void DeviceAllocator::free_block(Block* block) {
-  StreamPool& pool = *block->segment->pool;
+  if (block->segment->paged()) unuse_pages(block->segment, block->addr, block->size);
   block->state = Block::State::free;
   block->requested = 0;
+  merge_free(block);
+}
+
+void DeviceAllocator::merge_free(Block* block) {
+  StreamPool& pool = *block->segment->pool;
   if (Block* prev = block->prev; prev != nullptr && prev->state == Block::State::free) {
     erase_free(pool, prev);
     prev->size += block->size;
@@ -190,7 +211,7 @@ void DeviceAllocator::free_block(Block* block) {
 std::size_t DeviceAllocator::release_free_segments() {
   bool any = false;
   for (auto& [stream, pool] : pools_) {
-    for (Segment* seg : pool->segments) any = any || seg->wholly_free();
+    for (Segment* seg : pool->segments) any = any || (!seg->paged() && seg->wholly_free());
   }
   if (!any) return 0;
   // Work queued before the frees may still use the memory: wait for all of it.
@@ -203,7 +224,7 @@ std::size_t DeviceAllocator::release_free_segments() {
     auto& segs = pool->segments;
     for (auto it = segs.begin(); it != segs.end();) {
       Segment* seg = *it;
-      if (!seg->wholly_free() ||
+      if (seg->paged() || !seg->wholly_free() ||
           device_.free(ordinal_, reinterpret_cast<void*>(seg->base)) != device::Status::ok) {
         ++it;
         continue;

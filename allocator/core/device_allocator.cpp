@@ -12,7 +12,9 @@ DeviceAllocator::DeviceAllocator(device::Device& device, int ordinal, const Sett
     : device_(device),
       ordinal_(ordinal),
       settings_(settings),
-      classes_(settings.slab_max),
+      page_size_(settings.vmm ? device.granularity(ordinal) : 0),
+      classes_(settings.slab_max,
+               page_size_ != 0 ? SizeClasses::kPagedSlabs : SizeClasses::kPlainSlabs),
       trace_(settings.trace) {
   std::size_t free_bytes = 0;
   if (device_.mem_info(ordinal_, &free_bytes, &device_total_) != device::Status::ok) {
@@ -37,10 +39,21 @@ void DeviceAllocator::drop_everything() {
         delete b;
         b = next;
       }
-      device_.free(ordinal_, reinterpret_cast<void*>(seg->base));
+      if (seg->paged()) {
+        drop_paged_segment(seg);
+      } else {
+        device_.free(ordinal_, reinterpret_cast<void*>(seg->base));
+      }
       delete seg;
     }
   }
+  for (PhysicalPage* phys : physical_pages_) {
+    device_.release_physical(phys->handle);
+    delete phys;
+  }
+  physical_pages_.clear();
+  idle_head_ = idle_tail_ = nullptr;
+  idle_pages_ = 0;
   pools_.clear();
   last_pool_ = nullptr;
   for (EventHandle e : idle_events_) device_.event_destroy(e);
@@ -63,7 +76,7 @@ Error DeviceAllocator::reset() {
   for (Stat* gauge : {&stats_.allocated_bytes, &stats_.allocated_count, &stats_.requested_bytes,
                       &stats_.active_bytes, &stats_.active_count, &stats_.reserved_bytes,
                       &stats_.reserved_count, &stats_.cached_bytes, &stats_.cached_count,
-                      &stats_.slab_bytes, &stats_.slab_count}) {
+                      &stats_.slab_bytes, &stats_.slab_count, &stats_.mapped_bytes}) {
     gauge->current = 0;
   }
   stats_.device_frees.increase(released);
@@ -247,6 +260,7 @@ Error DeviceAllocator::record_stream(void* ptr, StreamHandle stream) {
 Error DeviceAllocator::empty_cache() {
   std::lock_guard lock(lock_);
   release_cached_memory();
+  release_cached_pages();
   if (settings_.validate) check_after_operation("empty_cache");
   return Error::ok;
 }

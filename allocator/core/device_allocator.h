@@ -92,6 +92,8 @@ class DeviceAllocator {
   // A copy of the whole state (segments, blocks, slabs, stats, trace); see state.h.
   DeviceState state() const;
   const Settings& settings() const { return settings_; }
+  // True when memory comes from virtual ranges with pages mapped on demand.
+  bool paged() const { return page_size_ != 0; }
 
  private:
   // LiveEntry::owner tagging: Block* (large) or Slab* | kSlabTag.
@@ -132,7 +134,33 @@ class DeviceAllocator {
   std::size_t segment_size_for(std::size_t size, bool slab) const;
   void split(StreamPool& pool, Block* block, std::size_t size);
   void free_block(Block* block);
+  // Inserts a free block into its pool's free bins, merged with free neighbours.
+  void merge_free(Block* block);
   std::size_t release_free_segments();
+
+  // page_pool.cpp: paged segments (virtual ranges with pages mapped on demand).
+  Error new_paged_segment(StreamPool& pool, std::size_t size, Segment** out);
+  // Adds the block [addr, addr + size) as a user of its pages; each page that gains its first
+  // user gets a physical page it owns. On failure no page gains a user.
+  Error use_pages(Segment* seg, std::uintptr_t addr, std::size_t size);
+  // Removes one user from each page of [addr, addr + size); physical pages left without an
+  // owner become idle.
+  void unuse_pages(Segment* seg, std::uintptr_t addr, std::size_t size);
+  void drop_page_user(Page& page);
+  Error claim_page(Page& page);
+  Error acquire_physical(bool conflict, PhysicalPage** out);
+  Error create_physical_page(PhysicalPage** out);
+  Error map_physical(Page& page, PhysicalPage& phys);
+  Error unmap_page(Page& page);
+  bool wait_until_settled(StreamPool& pool, std::uint64_t epoch);
+  void idle_push(PhysicalPage& phys);
+  void idle_remove(PhysicalPage& phys);
+  std::uintptr_t page_address(const Page& page) const;
+  // Unmaps every page without users and returns every idle physical page to the driver.
+  std::size_t release_cached_pages();
+  void release_physical_page(PhysicalPage* phys);
+  // Unmaps every page of the segment and returns its address range (drop_everything).
+  void drop_paged_segment(Segment* seg);
 
   // pending.cpp
   void process_pending(bool wait);
@@ -163,7 +191,7 @@ class DeviceAllocator {
   void record_allocation(std::uintptr_t addr, std::uintptr_t owner, std::size_t requested);
   Error out_of_memory(std::size_t size, StreamHandle stream);
   // Waits for pending frees, returns empty slabs to the block pool and every wholly free
-  // segment to the driver.
+  // plain segment to the driver. Idle pages are kept: a request can take them anyway.
   void release_cached_memory();
   // Returns every segment to the driver and forgets all state (destructor, reset).
   void drop_everything();
@@ -173,6 +201,7 @@ class DeviceAllocator {
   device::Device& device_;
   const int ordinal_;
   Settings settings_;
+  const std::size_t page_size_;  // the VMM granularity when paged, else 0
   SizeClasses classes_;
   std::size_t device_total_ = 0;
 
@@ -187,6 +216,13 @@ class DeviceAllocator {
   bool may_grow_ = true;  // false: serve from the cache only, never from new device memory
   std::vector<EventHandle> idle_events_;
   std::vector<Block*> spare_blocks_;
+  // Paged mode: every physical page, and the idle ones (without owner) in the order they
+  // became idle; page_epoch_ counts the times a page lost its last user.
+  std::vector<PhysicalPage*> physical_pages_;
+  PhysicalPage* idle_head_ = nullptr;
+  PhysicalPage* idle_tail_ = nullptr;
+  std::size_t idle_pages_ = 0;
+  std::uint64_t page_epoch_ = 0;
   Stats stats_;
   TraceRing trace_;
 };

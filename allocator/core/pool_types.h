@@ -1,7 +1,9 @@
 // The data structures of one device's pools. All of them are host-side metadata: device
 // memory is never read or written by the allocator.
 //
-//   Segment   device memory from one device malloc; owned by one stream's pool
+//   Segment   device memory from one device malloc, or (paged) a reserved virtual range whose
+//             pages are mapped on demand; owned by one stream's pool
+//   Page      one granule of a paged segment: mapped to a physical page or not
 //   Block     a piece of a segment, in address order with its neighbours; free, allocated
 //             (a large allocation), pending (freed, waiting for events) or a slab
 //   Slab      a block carved into equal objects of one size class
@@ -37,11 +39,43 @@ struct Block {
   Block* bin_next = nullptr;
 };
 
+// Paged segments (page_pool.cpp). A Page is one granule of a segment's virtual range; a
+// PhysicalPage is one granule of physical memory. A physical page may be mapped at several
+// virtual pages at once, but serves at most one of them at a time: its `owner`, the one
+// virtual page over which non-free blocks lie. Invariants:
+//   - a Page with users (non-free blocks overlapping it) is mapped, and owns its physical page;
+//   - a PhysicalPage without owner is idle and sits in the device's idle list, in the order
+//     it became idle; its mappings are pages without users;
+//   - page->phys == q exactly when page is in q->mappings.
+struct PhysicalPage;
+
+struct Page {
+  Segment* segment = nullptr;
+  PhysicalPage* phys = nullptr;  // the physical page mapped here, or nullptr
+  std::uint32_t users = 0;
+  std::uint64_t idle_since = 0;  // the page epoch at which its users last dropped to 0
+};
+
+struct PhysicalPage {
+  device::PhysicalHandle handle = 0;
+  Page* owner = nullptr;
+  StreamPool* last_pool = nullptr;  // the pool whose stream used it last
+  std::vector<Page*> mappings;
+  std::uint64_t idle_since = 0;
+  std::size_t index = 0;  // position in the device's list of physical pages
+  PhysicalPage* idle_prev = nullptr;
+  PhysicalPage* idle_next = nullptr;
+};
+
 struct Segment {
   std::uintptr_t base = 0;
   std::size_t size = 0;
   StreamPool* pool = nullptr;
   Block* first = nullptr;
+  // Paged segments: one entry per granule of [base, base + size); empty for plain segments.
+  std::vector<Page> pages;
+
+  bool paged() const { return !pages.empty(); }
 
   bool wholly_free() const {
     return first->state == Block::State::free && first->size == size;

@@ -19,6 +19,12 @@ struct Settings {
   // Segment size for block-pool requests up to half of it; larger requests get a segment of
   // their own, rounded to 2 MiB.
   std::size_t large_segment = 20 * MiB;
+  // Serve requests from virtual address ranges whose pages are mapped on demand, when the
+  // device supports virtual memory management; else (or when false) from plain segments.
+  bool vmm = true;
+  // Paged mode: idle mapped pages (free, kept mapped where they are) allowed as a fraction of
+  // reserved memory before a request takes an idle page from elsewhere instead of new memory.
+  double page_slack = 0.02;
   // Empty slabs kept per size class and stream before they are returned to the block pool.
   std::size_t slab_keep = 1;
   // Run the invariant checker after every operation (slow; for debugging).

@@ -6,7 +6,7 @@
 
 namespace cudalloc {
 
-SizeClasses::SizeClasses(std::size_t slab_max) {
+SizeClasses::SizeClasses(std::size_t slab_max, SlabShape shape) {
   slab_max = std::clamp(slab_max, kGranule, kMaxSlabMax);
   for (std::size_t s = kGranule; s <= 1024; s += kGranule) sizes_.push_back(s);
   for (std::size_t base = 1024; sizes_.back() < slab_max; base *= 2) {
@@ -18,8 +18,7 @@ SizeClasses::SizeClasses(std::size_t slab_max) {
   sizes_.erase(covering + 1, sizes_.end());
 
   for (std::size_t s : sizes_) {
-    // At least eight objects per slab, slabs in whole 2 MiB units.
-    slab_bytes_.push_back(std::max(2 * MiB, round_up(8 * s, 2 * MiB)));
+    slab_bytes_.push_back(std::max(shape.unit, round_up(shape.min_objects * s, shape.unit)));
   }
   lookup_.resize(sizes_.back() / kGranule);
   int cls = 0;

@@ -12,13 +12,23 @@
 
 namespace cudalloc {
 
+// How big a slab of each class is: at least `min_objects` objects, in whole `unit`s.
+struct SlabShape {
+  std::size_t unit;
+  std::size_t min_objects;
+};
+
 class SizeClasses {
  public:
   static constexpr std::size_t kGranule = 256;
   static constexpr std::size_t kMaxSlabMax = std::size_t{1} << 20;
+  // Plain segments: slabs of whole 2 MiB units. Paged segments: slabs share pages, so small
+  // slabs bound what a partly used slab of each class holds.
+  static constexpr SlabShape kPlainSlabs{std::size_t{2} << 20, 8};
+  static constexpr SlabShape kPagedSlabs{std::size_t{64} << 10, 4};
 
   // slab_max is clamped to [kGranule, kMaxSlabMax] and rounded up to a class.
-  explicit SizeClasses(std::size_t slab_max);
+  explicit SizeClasses(std::size_t slab_max, SlabShape shape = kPlainSlabs);
 
   std::size_t slab_max() const { return sizes_.back(); }
   int count() const { return static_cast<int>(sizes_.size()); }

@@ -41,6 +41,49 @@ void expand_slab(const Slab& slab, const std::unordered_map<std::uintptr_t, Slot
   flush();
 }
 
+// Whether a page of a paged segment is shown: pages in use, and for each idle physical page
+// the address it was mapped at last (so that each physical page is shown once).
+bool shown(const Page& page) {
+  if (page.phys == nullptr) return false;
+  if (page.users > 0) return true;
+  return page.phys->owner == nullptr && page.phys->mappings.back() == &page;
+}
+
+// Appends one SegmentState per run of shown pages of `seg`, with the blocks over the run
+// (free blocks clipped to it; blocks in use lie wholly within shown pages).
+template <typename Describe>
+void paged_segment_state(const Segment& seg, device::StreamHandle stream, Describe&& describe,
+                         std::vector<SegmentState>& out) {
+  const std::size_t page = seg.size / seg.pages.size();
+  const Block* b = seg.first;
+  for (std::size_t i = 0; i < seg.pages.size();) {
+    if (!shown(seg.pages[i])) {
+      ++i;
+      continue;
+    }
+    std::size_t end = i;
+    while (end < seg.pages.size() && shown(seg.pages[end])) ++end;
+    SegmentState s;
+    s.base = seg.base + i * page;
+    s.size = (end - i) * page;
+    s.stream = stream;
+    s.paged = true;
+    while (b->addr + b->size <= s.base) b = b->next;
+    for (; b != nullptr && b->addr < s.base + s.size; b = b->next) {
+      if (b->state != Block::State::free) {
+        describe(b, s.blocks, s);
+        continue;
+      }
+      const std::uintptr_t lo = std::max(b->addr, s.base);
+      const std::uintptr_t hi = std::min(b->addr + b->size, s.base + s.size);
+      s.blocks.push_back(BlockState{lo, hi - lo, 0, BlockState::Kind::free});
+      if (b->addr + b->size > s.base + s.size) break;  // continues into the next run
+    }
+    out.push_back(std::move(s));
+    i = end;
+  }
+}
+
 }  // namespace
 
 DeviceState DeviceAllocator::state() const {
@@ -71,29 +114,34 @@ DeviceState DeviceAllocator::state() const {
       block_requested[reinterpret_cast<const Block*>(p.owner & ~kTagMask)] = p.requested;
     }
   });
+  auto describe = [&](const Block* b, std::vector<BlockState>& out, SegmentState& s) {
+    if (b->state == Block::State::slab) {
+      s.has_slabs = true;
+      s.slabs.push_back(SlabState{b->addr, b->size, b->slab->object_size, b->slab->capacity,
+                                  b->slab->used});
+      expand_slab(*b->slab, slab_objects, out);
+      return;
+    }
+    BlockState bs{b->addr, b->size, 0, BlockState::Kind::free};
+    if (b->state != Block::State::free) {
+      bs.kind = b->state == Block::State::pending ? BlockState::Kind::pending
+                                                  : BlockState::Kind::allocated;
+      auto it = block_requested.find(b);
+      bs.requested = it == block_requested.end() ? b->size : it->second;
+    }
+    out.push_back(bs);
+  };
   for (const auto& [stream, pool] : pools_) {
     for (const Segment* seg : pool->segments) {
+      if (seg->paged()) {
+        paged_segment_state(*seg, stream, describe, st.segments);
+        continue;
+      }
       SegmentState s;
       s.base = seg->base;
       s.size = seg->size;
       s.stream = stream;
-      for (const Block* b = seg->first; b != nullptr; b = b->next) {
-        if (b->state == Block::State::slab) {
-          s.has_slabs = true;
-          s.slabs.push_back(SlabState{b->addr, b->size, b->slab->object_size, b->slab->capacity,
-                                      b->slab->used});
-          expand_slab(*b->slab, slab_objects, s.blocks);
-          continue;
-        }
-        BlockState bs{b->addr, b->size, 0, BlockState::Kind::free};
-        if (b->state != Block::State::free) {
-          bs.kind = b->state == Block::State::pending ? BlockState::Kind::pending
-                                                      : BlockState::Kind::allocated;
-          auto it = block_requested.find(b);
-          bs.requested = it == block_requested.end() ? b->size : it->second;
-        }
-        s.blocks.push_back(bs);
-      }
+      for (const Block* b = seg->first; b != nullptr; b = b->next) describe(b, s.blocks, s);
       st.segments.push_back(std::move(s));
     }
   }

@@ -33,6 +33,9 @@ struct SegmentState {
   std::size_t size = 0;
   device::StreamHandle stream = 0;
   bool has_slabs = false;
+  // A run of mapped pages of a paged segment (one SegmentState per run, so that segment sizes
+  // add up to the physical memory mapped, each physical page counted once).
+  bool paged = false;
   std::vector<BlockState> blocks;  // address order, covering the segment
   std::vector<SlabState> slabs;
 };

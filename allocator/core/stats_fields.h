@@ -6,7 +6,9 @@
 //   allocated  memory handed to callers and not yet freed (rounded block sizes)
 //   requested  the sizes callers asked for, of the same allocations
 //   active     allocated plus freed-but-pending (waiting for other streams' events)
-//   reserved   device memory held from the driver (segments)
+//   reserved   device memory held from the driver (segments, and physical pages of paged
+//              segments whether mapped or not)
+//   mapped     physical pages mapped into paged segments (used or idle)
 //   cached     reserved memory that holds no active allocation
 //   slab       reserved memory carved into slabs for small sizes
 // Event counters (current == total, peak unused):
@@ -16,6 +18,8 @@
 //   alloc_retries  allocations that needed the cache to be released to succeed
 //   stream_steals  free segments moved from one stream's pool to another's
 //   pending_frees  frees that had to wait for events (record_stream)
+//   page_maps / page_unmaps  pages mapped into / unmapped from paged segments
+//   page_waits     host waits for a stream's work before one of its idle pages moved
 #pragma once
 
 #define CUDALLOC_STAT_FIELDS(X)                                                        \
@@ -36,4 +40,8 @@
   X(ooms, "allocations that failed for lack of memory")                                \
   X(alloc_retries, "allocations that succeeded only after releasing the cache")        \
   X(stream_steals, "free segments moved from one stream to another")                   \
-  X(pending_frees, "frees that waited for events of other streams")
+  X(pending_frees, "frees that waited for events of other streams")                   \
+  X(mapped_bytes, "physical memory mapped into paged segments")                        \
+  X(page_maps, "pages mapped into paged segments")                                     \
+  X(page_unmaps, "pages unmapped from paged segments")                                 \
+  X(page_waits, "host waits for a stream before its idle page moved")

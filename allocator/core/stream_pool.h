@@ -13,6 +13,9 @@ struct StreamPool {
   FreeBins free_blocks;
   std::vector<SlabClass> classes;
   std::vector<Segment*> segments;
+  // Pages of this pool that became idle at or before this page epoch are no longer used by
+  // any queued work on `stream` (the host has waited for the stream since).
+  std::uint64_t settled_epoch = 0;
 };
 
 }  // namespace cudalloc

@@ -6,7 +6,8 @@
 namespace cudalloc {
 namespace {
 constexpr const char* kNames[] = {"alloc",         "free_requested", "free_completed",
-                                  "segment_alloc", "segment_free",   "oom"};
+                                  "segment_alloc", "segment_free",   "oom",
+                                  "segment_map",   "segment_unmap"};
 }  // namespace
 
 const char* trace_action_name(TraceAction action) {

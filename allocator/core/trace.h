@@ -17,6 +17,8 @@ enum class TraceAction : std::uint8_t {
   segment_alloc,   // device memory obtained from the driver
   segment_free,    // device memory returned to the driver
   oom,             // an allocation failed for lack of memory
+  segment_map,     // a physical page mapped into a paged segment at addr
+  segment_unmap,   // a physical page unmapped from a paged segment at addr
 };
 
 const char* trace_action_name(TraceAction action);

@@ -1,5 +1,6 @@
 // The invariant checker: walks every structure of one device and compares it with the stats.
 // Tests run it after every operation; CUDALLOC_CONF=validate:1 runs it in any program.
+#include <algorithm>
 #include <sstream>
 #include <unordered_map>
 #include <vector>
@@ -11,6 +12,7 @@ namespace {
 
 struct Totals {
   std::int64_t reserved = 0, segments = 0, free_blocks = 0, slab_bytes = 0, slabs = 0;
+  std::int64_t mapped_pages = 0;
   std::int64_t allocated = 0, allocations = 0, requested = 0, pending_bytes = 0, pending = 0;
 };
 
@@ -75,8 +77,35 @@ void check_segment(Checker& c, const Segment* seg, const StreamPool& pool, Total
     prev = b;
   }
   c.expect(at == seg->base + seg->size, "segment at ", seg->base, " blocks do not cover it");
+  if (seg->paged()) return;  // its pages are counted by check_pages
   t.reserved += static_cast<std::int64_t>(seg->size);
   ++t.segments;
+}
+
+// Every page's users are the non-free blocks over it; a page with users owns the physical
+// page mapped there; mappings agree in both directions.
+void check_pages(Checker& c, const Segment* seg, std::size_t page_size, Totals& t) {
+  std::vector<std::uint32_t> users(seg->pages.size());
+  for (const Block* b = seg->first; b != nullptr; b = b->next) {
+    if (b->state == Block::State::free) continue;
+    const std::size_t first = (b->addr - seg->base) / page_size;
+    const std::size_t last = (b->addr + b->size - 1 - seg->base) / page_size;
+    for (std::size_t i = first; i <= last; ++i) ++users[i];
+  }
+  for (std::size_t i = 0; i < seg->pages.size() && c.ok(); ++i) {
+    const Page& p = seg->pages[i];
+    const std::uintptr_t va = seg->base + i * page_size;
+    c.expect(p.segment == seg, "page at ", va, " points to the wrong segment");
+    c.expect(p.users == users[i], "page at ", va, " counts ", p.users, " users, blocks give ",
+             users[i]);
+    c.expect(p.users == 0 || (p.phys != nullptr && p.phys->owner == &p), "page at ", va,
+             " is used but does not own a mapped physical page");
+    if (p.phys == nullptr) continue;
+    ++t.mapped_pages;
+    const auto& m = p.phys->mappings;
+    c.expect(std::find(m.begin(), m.end(), &p) != m.end(), "page at ", va,
+             " is not among its physical page's mappings");
+  }
 }
 
 }  // namespace
@@ -87,7 +116,10 @@ std::string DeviceAllocator::validate_locked() const {
   for (const auto& [stream, pool] : pools_) {
     c.expect(pool->stream == stream, "pool keyed by the wrong stream");
     const std::int64_t free_before = t.free_blocks;
-    for (const Segment* seg : pool->segments) check_segment(c, seg, *pool, t);
+    for (const Segment* seg : pool->segments) {
+      check_segment(c, seg, *pool, t);
+      if (seg->paged()) check_pages(c, seg, page_size_, t);
+    }
     c.expect(std::size_t(t.free_blocks - free_before) == pool->free_blocks.size(),
              "a pool's free bins hold blocks that are not free blocks of its segments");
     for (const SlabClass& cls : pool->classes) {
@@ -137,9 +169,41 @@ std::string DeviceAllocator::validate_locked() const {
     c.expect(slab->used == n, "slab at ", slab->base(), " counts ", slab->used,
              " used objects but ", n, " are live or pending");
   }
+  std::int64_t listed = 0;
+  std::uint64_t last_epoch = 0;
+  for (const PhysicalPage* p = idle_head_; p != nullptr && c.ok(); p = p->idle_next) {
+    c.expect(p->owner == nullptr, "a physical page in the idle list has an owner");
+    c.expect(p->idle_since > last_epoch, "the idle list is out of order");
+    last_epoch = p->idle_since;
+    ++listed;
+  }
+  std::int64_t mappings = 0, idle = 0;
+  for (std::size_t i = 0; i < physical_pages_.size() && c.ok(); ++i) {
+    const PhysicalPage* p = physical_pages_[i];
+    c.expect(p->index == i, "physical page ", i, " has a stale index");
+    c.expect(p->owner == nullptr || p->owner->phys == p, "physical page ", i,
+             " is owned by a page it is not mapped at");
+    for (const Page* m : p->mappings) {
+      c.expect(m->phys == p, "physical page ", i, " lists a mapping that points elsewhere");
+      c.expect(m == p->owner || m->users == 0, "physical page ", i,
+               " is mapped at a used page that does not own it");
+    }
+    mappings += static_cast<std::int64_t>(p->mappings.size());
+    if (p->owner == nullptr) ++idle;
+  }
+  c.expect(listed == idle && std::size_t(listed) == idle_pages_, "idle physical pages: ", idle,
+           " without owner, ", listed, " listed, ", idle_pages_, " counted");
+  c.expect(mappings == t.mapped_pages, "physical pages list ", mappings,
+           " mappings, segments have ", t.mapped_pages, " mapped pages");
+  const auto page = static_cast<std::int64_t>(page_size_);
+  const auto physical = static_cast<std::int64_t>(physical_pages_.size());
+  t.reserved += physical * page;
+  t.segments += physical;
   const Stats& s = stats_;
+  c.expect(s.mapped_bytes.current == t.mapped_pages * page, "mapped_bytes ",
+           s.mapped_bytes.current, " != mapped pages ", t.mapped_pages * page);
   c.expect(s.reserved_bytes.current == t.reserved, "reserved_bytes ", s.reserved_bytes.current,
-           " != segments ", t.reserved);
+           " != segments and pages ", t.reserved);
   c.expect(s.reserved_count.current == t.segments, "reserved_count disagrees with segments");
   c.expect(s.cached_count.current == t.free_blocks, "cached_count ", s.cached_count.current,
            " != free blocks ", t.free_blocks);

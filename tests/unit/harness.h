@@ -22,6 +22,12 @@ inline FakeDevice::Options fake_options(std::size_t capacity = 1 * GiB) {
   return o;
 }
 
+// Settings for plain segments (no virtual memory), for tests of segment policy.
+inline Settings plain_settings(Settings s = {}) {
+  s.vmm = false;
+  return s;
+}
+
 struct Harness {
   explicit Harness(Settings settings = {}, FakeDevice::Options options = fake_options())
       : fake(options), alloc(std::make_unique<DeviceAllocator>(fake, 0, settings)) {}

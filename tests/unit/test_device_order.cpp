@@ -52,7 +52,7 @@ TEST_CASE("device-ordered frees are reused behind a fence that orders every stre
 }
 
 TEST_CASE("device-ordered frees are reused without growth, and the OOM path waits for them", "[device_order][oom]") {
-  Harness h(Settings{}, fake_options(64 * MiB));
+  Harness h(plain_settings(), fake_options(64 * MiB));
   h.fake.set_manual_streams(true);
   h.alloc->register_stream(kStream);
   void* p = h.get(40 * MiB);

@@ -43,7 +43,7 @@ TEST_CASE("fraction caps reserved memory relative to the device", "[limits]") {
 }
 
 TEST_CASE("out of memory releases the cache and retries once", "[oom]") {
-  Harness h(Settings{}, fake_options(100 * MiB));
+  Harness h(plain_settings(), fake_options(100 * MiB));
   void* a = h.get(60 * MiB);
   h.put(a);  // cached, 60 of 100 MiB held
   void* b = h.get(70 * MiB);  // needs the cached segment returned first
@@ -66,7 +66,7 @@ TEST_CASE("when even the retry fails the state stays intact", "[oom]") {
 }
 
 TEST_CASE("device faults give clean errors and a consistent state", "[faults]") {
-  Harness h;
+  Harness h(plain_settings());
   SECTION("malloc fails with a device error") {
     h.fake.fail_call(CallKind::malloc, 1, device::Status::device_error);
     void* p = nullptr;

@@ -65,7 +65,7 @@ TEST_CASE("huge requests fail cleanly as out of memory", "[pools][oom]") {
 }
 
 TEST_CASE("large requests split a shared segment and coalesce back", "[pools][blocks]") {
-  Harness h;
+  Harness h(plain_settings());
   void* a = h.get(3 * MiB);
   void* b = h.get(3 * MiB);
   void* c = h.get(3 * MiB);
@@ -102,7 +102,7 @@ TEST_CASE("best fit picks the smallest free block that fits", "[pools][blocks]")
 }
 
 TEST_CASE("requests above half a shared segment get their own segment", "[pools][blocks]") {
-  Harness h;
+  Harness h(plain_settings());
   void* a = h.get(11 * MiB + 5);
   CHECK(h.stats().reserved_bytes.current == std::int64_t(12 * MiB));
   void* b = h.get(1 * MiB + 1);  // above 1 MiB: a shared 20 MiB segment
@@ -126,7 +126,7 @@ TEST_CASE("empty slabs beyond slab_keep return to the block pool", "[pools][slab
 }
 
 TEST_CASE("empty_cache returns every unused segment and keeps live ones", "[pools]") {
-  Harness h;
+  Harness h(plain_settings());
   void* small = h.get(4096);
   void* big = h.get(64 * MiB);
   void* mid = h.get(5 * MiB);

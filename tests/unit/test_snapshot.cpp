@@ -29,7 +29,7 @@ void check_cover(const json& seg) {
 
 TEST_CASE("a snapshot describes segments, blocks and slab objects in PyTorch's schema",
           "[snapshot]") {
-  Harness h(traced(100));
+  Harness h(plain_settings(traced(100)));
   h.fake.set_manual_streams(true);
   void* a = h.get(1000);
   void* b = h.get(1000);
@@ -104,7 +104,7 @@ TEST_CASE("the trace ring keeps the newest events in order", "[snapshot][trace]"
 TEST_CASE("out-of-memory events are traced with the device's free memory", "[snapshot][trace]") {
   Settings s = traced(10);
   s.limit = 4 * MiB;
-  Harness h(s);
+  Harness h(plain_settings(s));
   void* p = nullptr;
   CHECK(h.try_get(8 * MiB, 0, &p) == Error::out_of_memory);
   const json doc = snapshot::snapshot_json({h.alloc->state()}, "");

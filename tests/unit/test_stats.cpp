@@ -6,7 +6,7 @@ using namespace cudalloc;
 using namespace cudalloc::test;
 
 TEST_CASE("stats follow current, peak and total", "[stats]") {
-  Harness h;
+  Harness h(plain_settings());
   void* a = h.get(10 * MiB + 1);
   void* b = h.get(300);
   Stats s = h.stats();

@@ -31,7 +31,7 @@ TEST_CASE("small objects freed on one stream are never handed to another", "[str
 
 TEST_CASE("a free segment moves to another stream only behind an event of the first",
           "[streams][blocks]") {
-  Harness h(Settings{}, fake_options(100 * MiB));
+  Harness h(plain_settings(), fake_options(100 * MiB));
   h.fake.set_manual_streams(true);
   void* a = h.get(64 * MiB, S);
   h.fake.enqueue_work(0, S);  // S's kernel still reads `a`
@@ -48,7 +48,7 @@ TEST_CASE("a free segment moves to another stream only behind an event of the fi
 }
 
 TEST_CASE("a segment of an idle stream moves without a wait", "[streams][blocks]") {
-  Harness h(Settings{}, fake_options(100 * MiB));
+  Harness h(plain_settings(), fake_options(100 * MiB));
   h.fake.set_manual_streams(true);
   void* a = h.get(64 * MiB, S);
   h.put(a);  // S has no queued work

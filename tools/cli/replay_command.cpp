@@ -85,6 +85,13 @@ json policy_json(const replay::PolicyResult& p, std::uint64_t peak_live) {
             {"device_frees", p.device_frees},
             {"oom_events", p.oom_events},
             {"replay_ns_per_event", p.replay_ns_per_event}};
+  if (p.policy == "cudalloc") {
+    j["page_maps"] = p.page_maps;
+    j["page_unmaps"] = p.page_unmaps;
+    j["late_page_maps"] = p.late_page_maps;
+    j["late_page_unmaps"] = p.late_page_unmaps;
+    j["page_waits"] = p.page_waits;
+  }
   if (!p.problem.empty()) j["invariant_violation"] = p.problem;
   return j;
 }
@@ -139,6 +146,12 @@ int replay_one(const ReplayArgs& args, const Settings& settings, const std::stri
       sum.device_allocs += r.device_allocs;
       sum.device_frees += r.device_frees;
       sum.oom_events += r.oom_events;
+      sum.page_maps += r.page_maps;
+      sum.page_unmaps += r.page_unmaps;
+      sum.late_page_maps += r.late_page_maps;
+      sum.late_page_unmaps += r.late_page_unmaps;
+      sum.page_waits += r.page_waits;
+      sum.policy = r.policy;
       if (sum.problem.empty()) sum.problem = r.problem;
       ns += r.replay_ns_per_event * n;
     };
@@ -192,6 +205,14 @@ void print_text(const json& r) {
                 p["replay_ns_per_event"].get<double>(),
                 p["oom_events"].get<std::uint64_t>() ? "  (allocations failed: see oom_events)" : "");
   }
+  if (const json& c = r["policies"].value("cudalloc", json::object()); c.contains("page_maps")) {
+    std::printf("  cudalloc  pages mapped %llu, unmapped %llu (second half of the trace: %llu, "
+                "%llu), host waits %llu\n",
+                c["page_maps"].get<unsigned long long>(), c["page_unmaps"].get<unsigned long long>(),
+                c["late_page_maps"].get<unsigned long long>(),
+                c["late_page_unmaps"].get<unsigned long long>(),
+                c["page_waits"].get<unsigned long long>());
+  }
   if (r.contains("pytorch_reported")) {
     for (const auto& [mode, p] : r["pytorch_reported"].items()) {
       std::printf("  PyTorch %s (measured on the GPU): fragmentation %.3f\n", mode.c_str(),
@@ -209,8 +230,9 @@ std::string cell(const json& r, const char* group, const char* name) {
 
 void print_table_header() {
   std::printf("| trace | events | peak live | PyTorch native | PyTorch expandable | "
-              "PyTorch rules (replay) | cudalloc | cudalloc ns/event | PyTorch rules ns/event |\n"
-              "|---|---|---|---|---|---|---|---|---|\n");
+              "PyTorch rules (replay) | cudalloc | cudalloc page maps (2nd half) | "
+              "cudalloc ns/event | PyTorch rules ns/event |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n");
 }
 
 void print_table_row(const json& r) {
@@ -220,14 +242,20 @@ void print_table_row(const json& r) {
     std::snprintf(text, sizeof text, "%.1f", r["policies"][policy]["replay_ns_per_event"].get<double>());
     return text;
   };
+  std::string maps = "-";
+  if (r["policies"].contains("cudalloc") && r["policies"]["cudalloc"].contains("page_maps")) {
+    const json& c = r["policies"]["cudalloc"];
+    maps = std::to_string(c["page_maps"].get<std::uint64_t>()) + " (" +
+           std::to_string(c["late_page_maps"].get<std::uint64_t>()) + ")";
+  }
   std::string name = r.value("workload", r["trace"].get<std::string>());
-  std::printf("| %s | %llu | %s | %s | %s | %s | %s | %s | %s |\n", name.c_str(),
+  std::printf("| %s | %llu | %s | %s | %s | %s | %s | %s | %s | %s |\n", name.c_str(),
               static_cast<unsigned long long>(r["events"].get<std::uint64_t>()),
               format_bytes(r["peak_live_bytes"].get<std::uint64_t>()).c_str(),
               cell(r, "pytorch_reported", "native").c_str(),
               cell(r, "pytorch_reported", "expandable_segments").c_str(),
               cell(r, "policies", "pytorch").c_str(), cell(r, "policies", "cudalloc").c_str(),
-              ns("cudalloc").c_str(), ns("pytorch").c_str());
+              maps.c_str(), ns("cudalloc").c_str(), ns("pytorch").c_str());
 }
 
 }  // namespace

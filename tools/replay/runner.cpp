@@ -13,12 +13,16 @@ namespace {
 // Replays every op through allocate(size, stream, void**) -> bool and release(void*),
 // returning the nanoseconds spent per op. Allocations that fail are counted and their frees
 // skipped. at_end() runs after the last op, before what the trace left live is released.
-template <typename Allocate, typename Release, typename AtEnd>
-double timed_replay(const Plan& plan, Allocate&& allocate, Release&& release, AtEnd&& at_end,
-                    std::uint64_t* failures) {
+// at_half() runs once, when half of the ops have been replayed.
+template <typename Allocate, typename Release, typename AtHalf, typename AtEnd>
+double timed_replay(const Plan& plan, Allocate&& allocate, Release&& release, AtHalf&& at_half,
+                    AtEnd&& at_end, std::uint64_t* failures) {
   std::vector<void*> slots(plan.slots, nullptr);
+  const std::size_t half = plan.ops.size() / 2;
+  std::size_t done = 0;
   const auto start = std::chrono::steady_clock::now();
   for (const ReplayOp& op : plan.ops) {
+    if (done++ == half) at_half();
     if (op.kind == ReplayOp::alloc) {
       if (!allocate(op.size, op.stream, &slots[op.slot])) {
         slots[op.slot] = nullptr;
@@ -58,10 +62,20 @@ PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint6
       },
       [&](void* p) { alloc.deallocate(p, order); },
       [&] {
+        const Stats half = alloc.stats();
+        r.late_page_maps = static_cast<std::uint64_t>(half.page_maps.total);
+        r.late_page_unmaps = static_cast<std::uint64_t>(half.page_unmaps.total);
+      },
+      [&] {
         if (final_state != nullptr) *final_state = alloc.state();
       },
       &r.oom_events);
   const Stats s = alloc.stats();
+  r.page_maps = static_cast<std::uint64_t>(s.page_maps.total);
+  r.page_unmaps = static_cast<std::uint64_t>(s.page_unmaps.total);
+  r.page_waits = static_cast<std::uint64_t>(s.page_waits.total);
+  r.late_page_maps = r.page_maps - r.late_page_maps;
+  r.late_page_unmaps = r.page_unmaps - r.late_page_unmaps;
   r.peak_reserved_bytes = static_cast<std::uint64_t>(s.reserved_bytes.peak);
   r.final_reserved_bytes = static_cast<std::uint64_t>(s.reserved_bytes.current);
   r.device_allocs = static_cast<std::uint64_t>(s.device_allocs.total);
@@ -79,7 +93,7 @@ PolicyResult run_pytorch(const Plan& plan, std::uint64_t capacity) {
       [&](std::uint64_t size, std::uint64_t stream, void** p) {
         return model.allocate(size, stream, p);
       },
-      [&](void* p) { model.free(p); }, [] {}, &r.oom_events);
+      [&](void* p) { model.free(p); }, [] {}, [] {}, &r.oom_events);
   r.peak_reserved_bytes = model.peak_reserved();
   r.final_reserved_bytes = model.reserved();
   r.device_allocs = model.segment_allocs();

@@ -17,6 +17,13 @@ struct PolicyResult {
   std::uint64_t device_allocs = 0;    // segments obtained from the (simulated) driver
   std::uint64_t device_frees = 0;
   std::uint64_t oom_events = 0;       // allocations that failed; their frees are skipped
+  // Paged mode: pages mapped / unmapped (all, and in the second half of the events, where a
+  // repeating workload is in its steady state) and host waits before a page moved.
+  std::uint64_t page_maps = 0;
+  std::uint64_t page_unmaps = 0;
+  std::uint64_t late_page_maps = 0;
+  std::uint64_t late_page_unmaps = 0;
+  std::uint64_t page_waits = 0;
   double replay_ns_per_event = 0;     // allocator time only
   std::string problem;                // an invariant violation found after the replay
 };

@@ -336,6 +336,7 @@ _GAUGE_LABELS = {
     "reserved_bytes": "GPU reserved memory",
     "cached_bytes": "Cached free memory",
     "slab_bytes": "Small-size slab memory",
+    "mapped_bytes": "Mapped page memory",
     "allocated_count": "Allocations",
     "active_count": "Active allocs",
     "reserved_count": "GPU reserved segments",
@@ -350,6 +351,9 @@ _EVENT_LABELS = {
     "device_frees": "Device frees",
     "stream_steals": "Stream steals",
     "pending_frees": "Pending frees",
+    "page_maps": "Page maps",
+    "page_unmaps": "Page unmaps",
+    "page_waits": "Page waits",
 }
 _COLUMNS = ["Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed"]
 _CELL = 13

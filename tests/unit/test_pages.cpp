@@ -1,0 +1,230 @@
+// Paged segments on the fake device: physical pages only under blocks in use, idle pages
+// serving any later request, stream ordering of page moves, faults, empty_cache, limits.
+// The harness runs the invariant checker (pages included) after every operation.
+#include <cstring>
+#include <vector>
+
+#include "harness.h"
+
+using namespace cudalloc;
+using namespace cudalloc::test;
+
+namespace {
+
+constexpr StreamHandle S = 0x51;
+constexpr StreamHandle T = 0x52;
+constexpr std::size_t kPage = 2 * MiB;
+
+Settings paged(double slack = 0.0) {
+  Settings s;
+  s.page_slack = slack;
+  return s;
+}
+
+void fill(void* p, std::size_t n, unsigned char value) { std::memset(p, value, n); }
+
+bool holds(const void* p, std::size_t n, unsigned char value) {
+  const auto* bytes = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (bytes[i] != value) return false;
+  }
+  return true;
+}
+
+std::int64_t pages(std::size_t n) { return static_cast<std::int64_t>(n * kPage); }
+
+}  // namespace
+
+TEST_CASE("a device without virtual memory gets plain segments", "[pages]") {
+  FakeDevice::Options no_vmm = fake_options();
+  no_vmm.granularity = 0;
+  Harness h(Settings{}, no_vmm);
+  CHECK_FALSE(h.alloc->paged());
+  void* p = h.get(8 * MiB);
+  CHECK(h.fake.calls(CallKind::malloc) == 1);
+  CHECK(h.fake.calls(CallKind::reserve) == 0);
+  h.put(p);
+  Harness off(plain_settings());
+  CHECK_FALSE(off.alloc->paged());
+  Harness on;
+  CHECK(on.alloc->paged());
+}
+
+TEST_CASE("only the pages under blocks in use hold memory", "[pages]") {
+  Harness h(paged());
+  void* a = h.get(5 * MiB);
+  CHECK(h.stats().reserved_bytes.current == pages(3));
+  CHECK(h.stats().mapped_bytes.current == pages(3));
+  CHECK(h.fake.used_bytes(0) == 3 * kPage);
+  fill(a, 5 * MiB, 0xab);
+  CHECK(holds(a, 5 * MiB, 0xab));
+  h.put(a);
+  // The pages stay mapped where they are, idle, ready for the next step.
+  CHECK(h.stats().reserved_bytes.current == pages(3));
+  const auto maps = h.stats().page_maps.total;
+  void* again = h.get(5 * MiB);
+  CHECK(again == a);
+  CHECK(h.stats().page_maps.total == maps);
+  h.put(again);
+}
+
+TEST_CASE("idle pages serve a request elsewhere in the address space", "[pages]") {
+  Harness h(paged());
+  void* a = h.get(6 * MiB);       // pages 0-2
+  void* keep = h.get(1 * MiB);    // page 3
+  fill(keep, 1 * MiB, 0x5a);
+  h.put(a);                       // pages 0-2 idle
+  void* b = h.get(8 * MiB);       // too big for the hole: pages 3-7, four of them new
+  CHECK(addr(b) >= addr(keep) + 1 * MiB);
+  CHECK(h.stats().reserved_bytes.current == pages(5));  // three idle pages moved, one new
+  CHECK(h.stats().device_allocs.total == 5);
+  fill(b, 8 * MiB, 0xc3);
+  CHECK(holds(keep, 1 * MiB, 0x5a));
+  CHECK(holds(b, 8 * MiB, 0xc3));
+  h.put(b);
+  h.put(keep);
+}
+
+TEST_CASE("medium sizes share pages", "[pages]") {
+  Harness h(paged());
+  std::vector<void*> blocks;
+  const std::size_t size = 300 * KiB;  // above slab_max, below a page
+  for (int i = 0; i < 40; ++i) blocks.push_back(h.get(size));
+  const std::int64_t live = h.stats().allocated_bytes.current;
+  CHECK(h.stats().reserved_bytes.current <= live + pages(1));
+  for (void* p : blocks) h.put(p);
+}
+
+TEST_CASE("a page moves to another stream only behind an event of the first",
+          "[pages][streams]") {
+  Harness h(paged(), fake_options(100 * MiB));
+  h.fake.set_manual_streams(true);
+  void* a = h.get(4 * MiB, S);
+  h.fake.enqueue_work(0, S);  // S's kernel still uses `a`
+  h.put(a);
+  void* b = h.get(4 * MiB, T);  // T's own range, backed by S's idle pages
+  CHECK(h.stats().reserved_bytes.current == pages(2));
+  const auto waits = h.fake.waits();
+  REQUIRE_FALSE(waits.empty());
+  for (const auto& w : waits) {
+    CHECK(w.waiter == T);
+    CHECK(w.on == S);
+    CHECK(w.until == 1);  // after S's kernel
+  }
+  h.put(b);
+}
+
+TEST_CASE("a repeating workload maps nothing after its first steps", "[pages]") {
+  Harness h(Settings{}, fake_options(4 * GiB));
+  // A step: activations grow, then are freed in reverse while gradients of other sizes come
+  // and go, then an optimizer temporary.
+  auto step = [&] {
+    std::vector<void*> acts;
+    for (std::size_t i = 1; i <= 24; ++i) acts.push_back(h.get(i * 3 * MiB + i * 7 * KiB));
+    std::vector<void*> grads;
+    for (std::size_t i = 24; i >= 1; --i) {
+      grads.push_back(h.get(i * 2 * MiB + 300 * KiB));
+      h.put(acts[i - 1]);
+      if (i % 3 == 0) {
+        h.put(grads.back());
+        grads.pop_back();
+      }
+    }
+    void* tmp = h.get(40 * MiB);
+    h.put(tmp);
+    for (void* g : grads) h.put(g);
+  };
+  for (int i = 0; i < 3; ++i) step();
+  const auto maps = h.stats().page_maps.total;
+  const auto unmaps = h.stats().page_unmaps.total;
+  for (int i = 0; i < 5; ++i) step();
+  CHECK(h.stats().page_maps.total == maps);
+  CHECK(h.stats().page_unmaps.total == unmaps);
+}
+
+TEST_CASE("device faults in paging fail the request cleanly", "[pages][faults]") {
+  const CallKind kind = GENERATE(CallKind::create_physical, CallKind::map, CallKind::set_access,
+                                 CallKind::reserve);
+  INFO(device::call_kind_name(kind));
+  Harness h(paged());
+  void* keep = h.get(3 * MiB, S);
+  fill(keep, 3 * MiB, 0x77);
+  h.fake.fail_call(kind, 1, device::Status::device_error);
+  void* p = nullptr;
+  // Stream T needs a range of its own (reserve) and new pages (create, map, set_access).
+  CHECK(h.try_get(8 * MiB, T, &p) == Error::device_error);
+  CHECK(p == nullptr);
+  CHECK(holds(keep, 3 * MiB, 0x77));
+  void* q = h.get(8 * MiB, T);  // the fault is gone: the same request succeeds
+  fill(q, 8 * MiB, 0x11);
+  CHECK(holds(keep, 3 * MiB, 0x77));
+  h.put(q);
+  h.put(keep);
+  REQUIRE(h.alloc->empty_cache() == Error::ok);
+  h.check();
+  CHECK(h.stats().reserved_bytes.current == 0);
+  CHECK(h.fake.used_bytes(0) == 0);
+}
+
+TEST_CASE("empty_cache unmaps and releases every unused page", "[pages]") {
+  Harness h(paged());
+  void* a = h.get(10 * MiB);
+  void* b = h.get(3 * MiB);  // pages 5-6
+  fill(b, 3 * MiB, 0x42);
+  h.put(a);
+  REQUIRE(h.alloc->empty_cache() == Error::ok);
+  h.check();
+  CHECK(h.stats().reserved_bytes.current == pages(2));
+  CHECK(h.stats().mapped_bytes.current == pages(2));
+  CHECK(h.fake.used_bytes(0) == 2 * kPage);
+  CHECK(holds(b, 3 * MiB, 0x42));
+  h.put(b);
+  SECTION("an unmap fault keeps the page until the next empty_cache") {
+    h.fake.fail_call(CallKind::unmap, 1, device::Status::device_error);
+    REQUIRE(h.alloc->empty_cache() == Error::ok);
+    h.check();
+    CHECK(h.stats().reserved_bytes.current == pages(1));
+  }
+  REQUIRE(h.alloc->empty_cache() == Error::ok);
+  h.check();
+  CHECK(h.stats().reserved_bytes.current == 0);
+  CHECK(h.stats().mapped_bytes.current == 0);
+  CHECK(h.fake.used_bytes(0) == 0);
+}
+
+TEST_CASE("limit counts physical pages, and idle pages are reused under it", "[pages][limits]") {
+  Settings s = paged();
+  s.limit = 8 * MiB;
+  Harness h(s);
+  void* a = h.get(6 * MiB);
+  void* p = nullptr;
+  CHECK(h.try_get(4 * MiB, 0, &p) == Error::out_of_memory);  // 3 + 2 pages > 4
+  h.put(a);
+  void* b = h.get(8 * MiB);  // the three idle pages and one more
+  CHECK(h.stats().reserved_bytes.current == pages(4));
+  void* c = nullptr;
+  CHECK(h.try_get(1 * MiB, S, &c) == Error::out_of_memory);
+  h.put(b);
+  void* d = h.get(1 * MiB, S);  // another stream's range, backed by an idle page
+  CHECK(h.stats().reserved_bytes.current == pages(4));
+  h.put(d);
+}
+
+TEST_CASE("a page whose physical page serves elsewhere is remapped after its stream settles",
+          "[pages][streams]") {
+  Harness h(paged(), fake_options(100 * MiB));
+  h.fake.set_manual_streams(true);
+  void* a = h.get(2 * MiB, S);   // page 0
+  void* gap = h.get(2 * MiB, S); // page 1
+  h.put(a);                      // page 0 idle
+  void* b = h.get(4 * MiB, S);   // pages 2-3: one takes page 0's physical page
+  h.fake.enqueue_work(0, S);     // a kernel still using `b`... and maybe page 0's old range
+  void* again = h.get(2 * MiB, S);  // page 0 again: its physical page now serves page 2 or 3
+  CHECK(again == a);
+  CHECK(h.stats().page_unmaps.total == 1);
+  CHECK(h.stats().page_waits.total == 1);
+  CHECK(h.fake.stream_idle(0, S));  // the host waited for S before unmapping
+  h.put(again);
+  h.put(b);
+  h.put(gap);
+}
