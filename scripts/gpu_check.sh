@@ -143,6 +143,10 @@ GPU_TEST=$(find_binary tests/gpu/cudalloc_gpu_test cudalloc_gpu_test)
 if want gpu-test; then
   if [ -n "$GPU_TEST" ]; then
     run_binary_step gpu-test "$LIMIT_GPU_TEST" "$GPU_TEST"
+    # Every page move the policy can make (no slack: idle pages move before new memory is
+    # taken), and plain segments.
+    run_binary_step gpu-test-page-moves "$LIMIT_GPU_TEST" env CUDALLOC_CONF=page_slack:0 "$GPU_TEST"
+    run_binary_step gpu-test-plain "$LIMIT_GPU_TEST" env CUDALLOC_CONF=vmm:0 "$GPU_TEST"
   else
     fail_step gpu-test "cudalloc_gpu_test not found under $BUILD"
   fi

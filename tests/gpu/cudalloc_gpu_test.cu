@@ -317,6 +317,10 @@ void check_stats(Context& c) {
   std::printf("stats: requested %" PRId64 " allocated %" PRId64 " count %" PRId64
               " (live by test: %" PRId64 " bytes, %zu buffers)\n",
               req, alloc, count, requested, c.live.buffers.size());
+  std::printf("pages: mapped %" PRId64 " bytes, %" PRId64 " maps, %" PRId64 " unmaps, %" PRId64
+              " host waits\n",
+              stat_current("mapped_bytes"), stat_current("page_maps"),
+              stat_current("page_unmaps"), stat_current("page_waits"));
   CHECK(req == requested, "requested_bytes %" PRId64 " != %" PRId64, req, requested);
   CHECK(alloc >= requested, "allocated_bytes %" PRId64 " < requested %" PRId64, alloc,
         requested);
