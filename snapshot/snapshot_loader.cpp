@@ -92,7 +92,8 @@ bool parse_json(const std::string& data, LoadedSnapshot* out, std::string* error
   try {
     out->doc = json::parse(data, callback);
   } catch (const json::parse_error& e) {
-    *error = "malformed or truncated JSON at byte " + std::to_string(e.byte) + ": " + e.what();
+    *error = "malformed JSON at byte " + std::to_string(e.byte) +
+             " (truncated, or neither JSON nor a pickle): " + e.what();
     return false;
   }
   if (!event_error.empty()) {
@@ -126,6 +127,23 @@ bool parse_pickle(const std::string& data, LoadedSnapshot* out, std::string* err
   return true;
 }
 
+// "segments", when present, must be a list of objects: everything that reads it relies on that.
+bool check_segments(const json& doc, std::string* error) {
+  auto segments = doc.find("segments");
+  if (segments == doc.end()) return true;
+  if (!segments->is_array()) {
+    *error = "\"segments\" is not a list";
+    return false;
+  }
+  for (std::size_t i = 0; i < segments->size(); ++i) {
+    if (!(*segments)[i].is_object()) {
+      *error = "segments[" + std::to_string(i) + "] is not an object";
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 EventKind event_kind_from_name(const std::string& action) {
@@ -152,6 +170,10 @@ bool load_snapshot(const std::string& path, LoadedSnapshot* out, std::string* er
   if (out->doc.is_array()) out->doc = json{{"segments", std::move(out->doc)}};
   if (!out->doc.is_object()) {
     *error = path + " is not a snapshot: its top level is neither an object nor a segment list";
+    return false;
+  }
+  if (!check_segments(out->doc, error)) {
+    *error = path + ": " + *error;
     return false;
   }
   return true;

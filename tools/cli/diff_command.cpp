@@ -32,18 +32,29 @@ std::string signed_bytes(std::int64_t delta) {
 
 bool is_count(const std::string& name) { return name.find("bytes") == std::string::npos; }
 
-void print_stats(const json& stats) {
-  for (const auto& [name, c] : stats.items()) {
-    const auto before = c["before"].get<std::uint64_t>(), after = c["after"].get<std::uint64_t>();
-    const auto delta = c["delta"].get<std::int64_t>();
-    if (is_count(name)) {
-      std::printf("  %-16s %12llu -> %-12llu (%+lld)\n", name.c_str(),
-                  static_cast<unsigned long long>(before), static_cast<unsigned long long>(after),
-                  static_cast<long long>(delta));
-    } else {
-      std::printf("  %-16s %12s -> %-12s (%s)\n", name.c_str(), format_bytes(before).c_str(),
-                  format_bytes(after).c_str(), signed_bytes(delta).c_str());
-    }
+void print_change(const std::string& name, const json& c) {
+  const auto before = c["before"].get<std::uint64_t>(), after = c["after"].get<std::uint64_t>();
+  const auto delta = c["delta"].get<std::int64_t>();
+  if (is_count(name)) {
+    std::printf("  %-18s %12llu -> %-12llu (%+lld)\n", name.c_str(),
+                static_cast<unsigned long long>(before), static_cast<unsigned long long>(after),
+                static_cast<long long>(delta));
+  } else {
+    std::printf("  %-18s %12s -> %-12s (%s)\n", name.c_str(), format_bytes(before).c_str(),
+                format_bytes(after).c_str(), signed_bytes(delta).c_str());
+  }
+}
+
+// The segment figures in a fixed order, then cudalloc's own counters that changed.
+void print_stats(const json& device) {
+  for (const char* name : {"reserved_bytes", "allocated_bytes", "active_bytes", "requested_bytes",
+                           "cached_bytes", "segments", "allocations", "free_blocks"}) {
+    print_change(name, device["stats"][name]);
+  }
+  if (!device.contains("cudalloc_stats")) return;
+  std::printf("  cudalloc stats that changed (current):\n");
+  for (const auto& [name, c] : device["cudalloc_stats"].items()) {
+    if (c["delta"].get<std::int64_t>() != 0) print_change("  " + name, c);
   }
 }
 
@@ -66,7 +77,7 @@ void print_text(const json& diff, std::size_t top) {
   if (diff["devices"].empty()) std::printf("no segments in either snapshot\n");
   for (const json& d : diff["devices"]) {
     std::printf("device %d\n", d["device"].get<int>());
-    print_stats(d["stats"]);
+    print_stats(d);
     print_list("segments added", d["segments"]["added"], '+', top, "size_after");
     print_list("segments removed", d["segments"]["removed"], '-', top, "size_before");
     print_list("segments resized", d["segments"]["resized"], '~', top, "size_after");
@@ -112,7 +123,8 @@ int diff_command(const Args& args) {
   try {
     diff = view::snapshot_diff(snaps[0].doc, snaps[1].doc);
   } catch (const json::exception& e) {  // a field of an unexpected type
-    std::fprintf(stderr, "cudalloc diff: malformed snapshot: %s\n", e.what());
+    std::fprintf(stderr, "cudalloc diff: malformed snapshot (%s or %s): %s\n", paths[0].c_str(),
+                 paths[1].c_str(), e.what());
     return 2;
   }
   if (as_json) {

@@ -6,6 +6,21 @@
 const MAP_ROW_HEIGHT = 18;
 const MAP_PAGE_STRIP = 3;
 
+// Diagonal stripes for virtual ranges that have no physical memory behind them.
+function unmappedPattern(ctx, colour) {
+  const tile = document.createElement("canvas");
+  tile.width = 6;
+  tile.height = 6;
+  const t = tile.getContext("2d");
+  t.strokeStyle = colour;
+  t.globalAlpha = 0.55;
+  t.beginPath();
+  t.moveTo(0, 6);
+  t.lineTo(6, 0);
+  t.stroke();
+  return ctx.createPattern(tile, "repeat");
+}
+
 function stateColours() {
   return {
     states: STATE_VARS.map(cssVar),
@@ -47,12 +62,19 @@ function blockColour(segment, block, colours) {
 }
 
 function drawSegments(ctx, segments, layout, colours) {
+  const stripes = unmappedPattern(ctx, colours.unmapped);
   segments.forEach((segment, i) => {
     const start = layout.starts[i];
     forEachPiece(layout, start, start + segment.size, (x, y, w) => {
       ctx.fillStyle = colours.states[2];
       ctx.fillRect(x, y, w, MAP_ROW_HEIGHT - 1);
     });
+    for (const page of segment.pages.filter((p) => !p[2])) {
+      ctx.fillStyle = stripes;
+      forEachPiece(layout, start + page[0], start + page[0] + page[1], (x, y, w) => {
+        ctx.fillRect(x, y, w, MAP_ROW_HEIGHT - 1);
+      });
+    }
     for (const block of segment.blocks) {
       if (block[2] === 2) continue;
       ctx.fillStyle = blockColour(segment, block, colours);
@@ -102,6 +124,8 @@ function describeBlock(segments, layout, x, y) {
                "state    " + state);
     if (block[4] > 1) lines.push("         " + formatCount(block[4]) + " blocks merged for drawing");
   }
+  const page = segment.pages.find((p) => offset >= p[0] && offset < p[0] + p[1]);
+  if (page) lines.push("page     " + (page[2] ? "mapped" : "unmapped virtual range") + ", " + formatBytes(page[1]));
   lines.push("stream   " + segment.stream,
              "segment  " + segment.address + ", " + formatBytes(segment.size) +
              (segment.type ? " " + segment.type : "") + (segment.expandable ? ", expandable" : "") +
