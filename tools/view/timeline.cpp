@@ -32,7 +32,8 @@ bool is_segment_event(EventKind k) {
 }
 
 // The shift that makes a running sum end at `final_value` (when known) and stay >= 0.
-std::int64_t baseline(std::int64_t lowest, std::int64_t last, bool known, std::int64_t final_value) {
+std::int64_t baseline(std::int64_t lowest, std::int64_t last, bool known,
+                      std::int64_t final_value) {
   const std::int64_t lift = lowest < 0 ? -lowest : 0;
   return known ? std::max(final_value - last, lift) : lift;
 }
@@ -41,7 +42,8 @@ std::int64_t baseline(std::int64_t lowest, std::int64_t last, bool known, std::i
 class Bucketer {
  public:
   Bucketer(std::uint64_t events, std::size_t max_points)
-      : events_(events), buckets_(std::max<std::uint64_t>(1, std::min<std::uint64_t>(events, max_points))) {}
+      : events_(events),
+        buckets_(std::max<std::uint64_t>(1, std::min<std::uint64_t>(events, max_points))) {}
 
   void add(std::uint64_t index, std::int64_t live, std::int64_t reserved, Timeline* t) {
     const std::uint64_t bucket = index * buckets_ / events_;
@@ -91,6 +93,7 @@ Timeline build_timeline(const std::vector<SnapshotEvent>& events, int device,
   t.peak_reserved = {0, reserved};
   // Second pass: the running sums, bucketed, and where each peaked.
   Bucketer buckets(t.events, std::max<std::size_t>(2, max_points));
+  buckets.add(0, live, reserved, &t);  // the state before the first event, in bucket 0
   std::uint64_t index = 0;
   for (const SnapshotEvent& e : events) {
     if (e.device != device) continue;
