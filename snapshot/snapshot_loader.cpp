@@ -63,7 +63,8 @@ bool record_event(const json& e, int device, std::size_t index, std::vector<Snap
   r.addr = field(e, "addr");
   r.size = field(e, "size");
   r.stream = field(e, "stream");
-  if (auto t = e.find("time_us"); t != e.end() && t->is_number()) r.time_us = t->get<std::int64_t>();
+  if (auto t = e.find("time_us"); t != e.end() && t->is_number())
+    r.time_us = t->get<std::int64_t>();
   r.device = device;
   out->push_back(r);
   return true;
@@ -162,7 +163,7 @@ bool load_snapshot(const std::string& path, LoadedSnapshot* out, std::string* er
     return false;
   }
   const bool ok = static_cast<unsigned char>(data[first]) == 0x80 ? parse_pickle(data, out, error)
-                                                                   : parse_json(data, out, error);
+                                                                  : parse_json(data, out, error);
   if (!ok) {
     *error = path + ": " + *error;
     return false;

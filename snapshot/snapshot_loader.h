@@ -7,9 +7,8 @@
 // time stamps.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -40,9 +39,9 @@ struct SnapshotEvent {
 };
 
 struct LoadedSnapshot {
-  nlohmann::json doc;                // the snapshot with "device_traces" emptied
+  nlohmann::json doc;                 // the snapshot with "device_traces" emptied
   std::vector<SnapshotEvent> events;  // device by device, each in recorded order
-  std::string format;                // "json" or "pickle"
+  std::string format;                 // "json" or "pickle"
 };
 
 // Reads `path`. Returns false with a message saying where on missing, truncated or malformed

@@ -86,7 +86,8 @@ void print_text(const json& diff, std::size_t top) {
   }
 }
 
-bool parse_args(const Args& args, std::vector<std::string>* paths, bool* as_json, std::size_t* top) {
+bool parse_args(const Args& args, std::vector<std::string>* paths, bool* as_json,
+                std::size_t* top) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--json") {
       *as_json = true;

@@ -7,7 +7,8 @@
 namespace cudalloc::cli {
 
 Progress::Progress(const char* command, bool forced)
-    : command_(command), enabled_(forced || ::isatty(STDERR_FILENO) == 1),
+    : command_(command),
+      enabled_(forced || ::isatty(STDERR_FILENO) == 1),
       start_(std::chrono::steady_clock::now()) {}
 
 void Progress::step(const std::string& what) const {

@@ -76,7 +76,8 @@ int view_command(const Args& args) {
   try {
     page = view::render_page(view::view_model(snap, v.snapshot), v.snapshot);
   } catch (const nlohmann::json::exception& e) {  // a field of an unexpected type
-    std::fprintf(stderr, "cudalloc view: %s: malformed snapshot: %s\n", v.snapshot.c_str(), e.what());
+    std::fprintf(stderr, "cudalloc view: %s: malformed snapshot: %s\n", v.snapshot.c_str(),
+                 e.what());
     return 2;
   }
   std::ofstream out(v.output, std::ios::binary | std::ios::trunc);

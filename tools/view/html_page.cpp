@@ -39,7 +39,8 @@ std::string fill(std::string_view page, const std::vector<Slot>& slots) {
 // The page's scripts in load order: helpers first, main last.
 std::string script() {
   std::string out;
-  for (std::string_view part : {kViewerUtilJs, kViewerTimelineJs, kViewerSegmentsJs, kViewerMainJs}) {
+  for (std::string_view part :
+       {kViewerUtilJs, kViewerTimelineJs, kViewerSegmentsJs, kViewerMainJs}) {
     out.append(part);
     out += '\n';
   }
@@ -49,8 +50,8 @@ std::string script() {
 }  // namespace
 
 std::string script_safe_json(const nlohmann::json& value) {
-  const std::string text = value.dump(-1, ' ', /*ensure_ascii=*/true,
-                                      nlohmann::json::error_handler_t::replace);
+  const std::string text =
+      value.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);
   std::string out;
   out.reserve(text.size() + text.size() / 16);
   for (char c : text) {

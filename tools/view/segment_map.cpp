@@ -37,7 +37,8 @@ std::vector<Block> segment_blocks(const json& seg, const SlabRanges& slabs) {
 std::vector<Block> merge_runs(const std::vector<Block>& blocks) {
   std::vector<Block> out;
   for (const Block& b : blocks) {
-    if (!out.empty() && out.back().state == b.state && out.back().offset + out.back().size == b.offset) {
+    if (!out.empty() && out.back().state == b.state &&
+        out.back().offset + out.back().size == b.offset) {
       out.back().size += b.size;
       out.back().requested += b.requested;
       out.back().count += b.count;
@@ -75,7 +76,8 @@ json segment_json(const json& seg, const std::vector<Block>& blocks) {
           {"size", u64(seg, "total_size")},
           {"stream", hex_address(u64(seg, "stream"))},
           {"type", text("segment_type", "")},
-          {"expandable", expandable != seg.end() && expandable->is_boolean() && expandable->get<bool>()},
+          {"expandable",
+           expandable != seg.end() && expandable->is_boolean() && expandable->get<bool>()},
           {"location", text("location", "device")},
           {"pages", pages_json(seg)},
           {"blocks", std::move(rows)}};

@@ -8,10 +8,9 @@
 // host-memory tier), "pages" ([{address, size, mapped}] of a virtual-memory segment).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 namespace cudalloc::view {

@@ -47,11 +47,13 @@ std::map<int, DeviceView> device_views(const json& doc) {
         continue;
       }
       d.figures["allocations"] += 1;
-      if (b.value("state", "") == "active_allocated") d.blocks.emplace(u64(b, "address"), u64(b, "size"));
+      if (b.value("state", "") == "active_allocated")
+        d.blocks.emplace(u64(b, "address"), u64(b, "size"));
     }
   }
   for (auto& [device, d] : out) {
-    d.figures["cached_size"] = d.figures["total_size"] - std::min(d.figures["total_size"], d.figures["active_size"]);
+    d.figures["cached_size"] =
+        d.figures["total_size"] - std::min(d.figures["total_size"], d.figures["active_size"]);
   }
   return out;
 }
@@ -62,13 +64,16 @@ json change(std::uint64_t before, std::uint64_t after) {
 
 json stats_diff(const DeviceView& a, const DeviceView& b) {
   static constexpr std::pair<const char*, const char*> kNames[] = {
-      {"reserved_bytes", "total_size"},   {"allocated_bytes", "allocated_size"},
-      {"active_bytes", "active_size"},    {"requested_bytes", "requested_size"},
-      {"cached_bytes", "cached_size"},    {"segments", "segments"},
-      {"allocations", "allocations"},     {"free_blocks", "free_blocks"}};
+      {"reserved_bytes", "total_size"}, {"allocated_bytes", "allocated_size"},
+      {"active_bytes", "active_size"},  {"requested_bytes", "requested_size"},
+      {"cached_bytes", "cached_size"},  {"segments", "segments"},
+      {"allocations", "allocations"},   {"free_blocks", "free_blocks"}};
   json out = json::object();
   for (const auto& [name, key] : kNames) {
-    auto get = [&](const DeviceView& d) { auto it = d.figures.find(key); return it == d.figures.end() ? 0 : it->second; };
+    auto get = [&](const DeviceView& d) {
+      auto it = d.figures.find(key);
+      return it == d.figures.end() ? 0 : it->second;
+    };
     out[name] = change(get(a), get(b));
   }
   return out;
@@ -77,11 +82,14 @@ json stats_diff(const DeviceView& a, const DeviceView& b) {
 // The "current" of every counter of cudalloc's stats present in both snapshots.
 json cudalloc_stats_diff(const json& before, const json& after, int device) {
   auto stats_of = [device](const json& doc) -> const json* {
-    const json* devices = doc.contains("cudalloc") && doc["cudalloc"].is_object() && doc["cudalloc"].contains("devices")
-                              ? &doc["cudalloc"]["devices"] : nullptr;
+    const json* devices = doc.contains("cudalloc") && doc["cudalloc"].is_object() &&
+                                  doc["cudalloc"].contains("devices")
+                              ? &doc["cudalloc"]["devices"]
+                              : nullptr;
     if (devices == nullptr || !devices->is_array()) return nullptr;
     for (const json& d : *devices) {
-      if (d.is_object() && d.value("device", -1) == device && d.contains("stats") && d["stats"].is_object()) {
+      if (d.is_object() && d.value("device", -1) == device && d.contains("stats") &&
+          d["stats"].is_object()) {
         return &d["stats"];
       }
     }
@@ -111,8 +119,10 @@ json sorted_by_delta(json list) {
 json segments_diff(const DeviceView& a, const DeviceView& b) {
   json added = json::array(), removed = json::array(), resized = json::array();
   auto entry = [](std::uint64_t address, std::uint64_t before, std::uint64_t after) {
-    return json{{"address", hex_address(address)}, {"size_before", before},
-                {"size_after", after}, {"delta", signed_delta(before, after)}};
+    return json{{"address", hex_address(address)},
+                {"size_before", before},
+                {"size_after", after},
+                {"delta", signed_delta(before, after)}};
   };
   for (const auto& [address, seg] : b.segments) {
     auto old = a.segments.find(address);
@@ -124,7 +134,8 @@ json segments_diff(const DeviceView& a, const DeviceView& b) {
     }
   }
   for (const auto& [address, seg] : a.segments) {
-    if (!b.segments.contains(address)) removed.push_back(entry(address, u64(*seg, "total_size"), 0));
+    if (!b.segments.contains(address))
+      removed.push_back(entry(address, u64(*seg, "total_size"), 0));
   }
   return {{"added", sorted_by_delta(std::move(added))},
           {"removed", sorted_by_delta(std::move(removed))},
@@ -137,9 +148,11 @@ json blocks_only_in(const DeviceView& from, const DeviceView& other) {
   for (const auto& [address, size] : from.blocks) {
     if (!other.blocks.contains({address, size})) only.emplace_back(size, address);
   }
-  std::stable_sort(only.begin(), only.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::stable_sort(only.begin(), only.end(),
+                   [](const auto& x, const auto& y) { return x.first > y.first; });
   json out = json::array();
-  for (const auto& [size, address] : only) out.push_back({{"address", hex_address(address)}, {"size", size}});
+  for (const auto& [size, address] : only)
+    out.push_back({{"address", hex_address(address)}, {"size", size}});
   return out;
 }
 
@@ -156,11 +169,13 @@ json snapshot_diff(const json& before, const json& after) {
   for (int device : devices) {
     const DeviceView& da = a.contains(device) ? a.at(device) : none;
     const DeviceView& db = b.contains(device) ? b.at(device) : none;
-    json d = {{"device", device},
-              {"stats", stats_diff(da, db)},
-              {"segments", segments_diff(da, db)},
-              {"blocks", {{"allocated", blocks_only_in(db, da)}, {"freed", blocks_only_in(da, db)}}}};
-    if (json c = cudalloc_stats_diff(before, after, device); !c.empty()) d["cudalloc_stats"] = std::move(c);
+    json d = {
+        {"device", device},
+        {"stats", stats_diff(da, db)},
+        {"segments", segments_diff(da, db)},
+        {"blocks", {{"allocated", blocks_only_in(db, da)}, {"freed", blocks_only_in(da, db)}}}};
+    if (json c = cudalloc_stats_diff(before, after, device); !c.empty())
+      d["cudalloc_stats"] = std::move(c);
     out["devices"].push_back(std::move(d));
   }
   return out;

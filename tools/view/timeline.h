@@ -7,9 +7,8 @@
 // the maximum reached inside it, so no peak is lost to the downsampling.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "snapshot/snapshot_loader.h"
@@ -31,8 +30,8 @@ struct TimelinePeak {
 };
 
 struct Timeline {
-  std::uint64_t events = 0;  // events of this device (every action)
-  bool has_reserved = false;  // the trace has segment events, or the final state is known
+  std::uint64_t events = 0;      // events of this device (every action)
+  bool has_reserved = false;     // the trace has segment events, or the final state is known
   std::vector<std::uint64_t> x;  // first event index of each bucket
   std::vector<std::int64_t> live_min, live_max, reserved_min, reserved_max;
   TimelinePeak peak_live, peak_reserved;

@@ -31,7 +31,8 @@ const json* cudalloc_device(const json& doc, int device) {
 
 SlabRanges slab_ranges(const json* device_info) {
   SlabRanges out;
-  if (device_info == nullptr || !device_info->contains("slabs") || !(*device_info)["slabs"].is_array()) {
+  if (device_info == nullptr || !device_info->contains("slabs") ||
+      !(*device_info)["slabs"].is_array()) {
     return out;
   }
   for (const json& s : (*device_info)["slabs"]) {
@@ -102,8 +103,11 @@ json top_allocations(const std::vector<const json*>& segments, const SlabRanges&
   json out = json::array();
   for (std::size_t i = 0; i < n; ++i) {
     const Row& r = rows[i];
-    out.push_back({{"address", hex_address(r.address)}, {"size", r.size}, {"requested", r.requested},
-                   {"segment", hex_address(r.segment)}, {"stream", hex_address(r.stream)},
+    out.push_back({{"address", hex_address(r.address)},
+                   {"size", r.size},
+                   {"requested", r.requested},
+                   {"segment", hex_address(r.segment)},
+                   {"stream", hex_address(r.stream)},
                    {"state", r.state}});
   }
   return out;
@@ -141,8 +145,10 @@ json device_json(const snapshot::LoadedSnapshot& snap, int device,
   const json* info = cudalloc_device(snap.doc, device);
   const SlabRanges slabs = slab_ranges(info);
   const Summary summary = summarize(segments);
-  FinalState final_state{!segments.empty(), std::int64_t(summary.active), std::int64_t(summary.reserved)};
-  const Timeline timeline = build_timeline(snap.events, device, final_state, limits.timeline_points);
+  FinalState final_state{!segments.empty(), std::int64_t(summary.active),
+                         std::int64_t(summary.reserved)};
+  const Timeline timeline =
+      build_timeline(snap.events, device, final_state, limits.timeline_points);
   json d = {{"device", device},
             {"summary", summary_json(summary, segments.size())},
             {"map", segment_map_json(segments, slabs, limits.blocks)},
@@ -180,9 +186,8 @@ json view_model(const snapshot::LoadedSnapshot& snap, const std::string& source,
   for (const auto& entry : by_device) devices.insert(entry.first);
   for (const auto& e : snap.events) devices.insert(e.device);
   for (auto& [device, segs] : by_device) {
-    std::sort(segs.begin(), segs.end(), [](const json* a, const json* b) {
-      return u64(*a, "address") < u64(*b, "address");
-    });
+    std::sort(segs.begin(), segs.end(),
+              [](const json* a, const json* b) { return u64(*a, "address") < u64(*b, "address"); });
   }
   json out = {{"source", source},
               {"format", snap.format},
