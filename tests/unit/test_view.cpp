@@ -124,7 +124,7 @@ TEST_CASE("block states: slab objects are told apart by the slab ranges", "[view
   CHECK(block_state_code("inactive", 150, slabs) == kFree);
 }
 
-TEST_CASE("load_snapshot: events leave the document; bad input says where", "[view]") {
+TEST_CASE("load_snapshot: events leave the document, bad input says where", "[view]") {
   snapshot::LoadedSnapshot snap;
   std::string error;
   const auto good = temp_file("good.json", R"({"segments": [], "device_traces": [[
