@@ -44,7 +44,8 @@ SlabRanges slab_ranges(const json* device_info) {
 
 struct Summary {
   std::uint64_t reserved = 0, allocated = 0, active = 0, requested = 0;
-  std::uint64_t free_bytes = 0, free_blocks = 0, largest_free = 0, allocations = 0;
+  std::uint64_t free_bytes = 0, free_blocks = 0, largest_free = 0;
+  std::uint64_t allocations = 0, pending_blocks = 0;  // blocks allocated / waiting for events
 };
 
 Summary summarize(const std::vector<const json*>& segments) {
@@ -56,8 +57,9 @@ Summary summarize(const std::vector<const json*>& segments) {
     s.requested += u64(*seg, "requested_size");
     for (const json& b : seg->value("blocks", json::array())) {
       if (!b.is_object()) continue;
-      if (b.value("state", "") != "inactive") {
-        ++s.allocations;
+      const std::string state = b.value("state", "");
+      if (state != "inactive") {
+        ++(state == "active_pending_free" ? s.pending_blocks : s.allocations);
         continue;
       }
       ++s.free_blocks;
@@ -77,6 +79,7 @@ json summary_json(const Summary& s, std::size_t segments) {
           {"cached", s.reserved > s.active ? s.reserved - s.active : 0},
           {"reserved_unallocated", s.reserved > s.allocated ? s.reserved - s.allocated : 0},
           {"allocations", s.allocations},
+          {"pending_blocks", s.pending_blocks},
           {"free_blocks", s.free_blocks},
           {"free_bytes", s.free_bytes},
           {"largest_free_block", s.largest_free}};

@@ -5,9 +5,10 @@ function summaryPanel(device) {
   const s = device.summary;
   return panel("Now (when the snapshot was taken)", figures([
     ["reserved", formatBytes(s.reserved)],
-    ["allocated", formatBytes(s.allocated) + " in " + formatCount(s.allocations) + " blocks"],
+    ["allocated", formatBytes(s.allocated) + " in " + plural(s.allocations, "block")],
     ["requested", formatBytes(s.requested)],
-    ["pending free", formatBytes(Math.max(0, s.active - s.allocated))],
+    ["pending free", formatBytes(Math.max(0, s.active - s.allocated)) + " in " +
+                     plural(s.pending_blocks, "block")],
     ["cached (reserved - active)", formatBytes(s.cached)],
     ["segments", formatCount(s.segments)],
   ]));

@@ -156,12 +156,13 @@ function renderSegmentMap(parent, map) {
   const probe = element("div");
   parent.append(probe);
   const width = Math.max(200, probe.clientWidth || 800);
+  probe.remove();
   const layout = mapLayout(segments, width);
   const { canvas, ctx } = makeCanvas(parent, layout.rows * MAP_ROW_HEIGHT);
   drawSegments(ctx, segments, layout, colours);
   onHover(canvas, (x, y) => describeBlock(segments, layout, x, y));
-  let note = formatCount(segments.length) + " segments, " + formatCount(map.blocks_total) +
-             " blocks; one row is " + formatBytes(layout.bytesPerRow) + ".";
+  let note = plural(segments.length, "segment") + ", " + plural(map.blocks_total, "block") +
+             "; one row is " + formatBytes(layout.bytesPerRow) + ".";
   if (map.blocks_drawn < map.blocks_total) {
     note += " Neighbouring blocks of one state are merged for drawing (" +
             formatCount(map.blocks_drawn) + " runs).";

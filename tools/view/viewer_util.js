@@ -34,6 +34,11 @@ function formatCount(n) {
   return Number(n).toLocaleString("en-US");
 }
 
+// "1 segment", "3 segments"
+function plural(n, word) {
+  return formatCount(n) + " " + word + (n === 1 ? "" : "s");
+}
+
 // hex("0x10") + 0x20 as hex; addresses exceed what a JavaScript number holds exactly.
 function addHex(hex, offset) {
   return "0x" + (BigInt(hex) + BigInt(offset)).toString(16);
