@@ -3,15 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "view/snapshot_fields.h"
+
 namespace cudalloc::view {
 namespace {
 
 using nlohmann::json;
-
-std::uint64_t u64(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number_integer() ? it->get<std::uint64_t>() : 0;
-}
 
 struct Block {
   std::uint64_t offset, size, requested;

@@ -6,16 +6,12 @@
 #include <set>
 
 #include "view/segment_map.h"
+#include "view/snapshot_fields.h"
 
 namespace cudalloc::view {
 namespace {
 
 using nlohmann::json;
-
-std::uint64_t u64(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number_integer() ? it->get<std::uint64_t>() : 0;
-}
 
 std::int64_t signed_delta(std::uint64_t before, std::uint64_t after) {
   return static_cast<std::int64_t>(after) - static_cast<std::int64_t>(before);
@@ -82,18 +78,10 @@ json stats_diff(const DeviceView& a, const DeviceView& b) {
 // The "current" of every counter of cudalloc's stats present in both snapshots.
 json cudalloc_stats_diff(const json& before, const json& after, int device) {
   auto stats_of = [device](const json& doc) -> const json* {
-    const json* devices = doc.contains("cudalloc") && doc["cudalloc"].is_object() &&
-                                  doc["cudalloc"].contains("devices")
-                              ? &doc["cudalloc"]["devices"]
-                              : nullptr;
-    if (devices == nullptr || !devices->is_array()) return nullptr;
-    for (const json& d : *devices) {
-      if (d.is_object() && d.value("device", -1) == device && d.contains("stats") &&
-          d["stats"].is_object()) {
-        return &d["stats"];
-      }
-    }
-    return nullptr;
+    const json* info = cudalloc_device_info(doc, device);
+    if (info == nullptr) return nullptr;
+    auto stats = info->find("stats");
+    return stats != info->end() && stats->is_object() ? &*stats : nullptr;
   };
   const json* a = stats_of(before);
   const json* b = stats_of(after);

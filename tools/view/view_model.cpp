@@ -5,29 +5,13 @@
 #include <set>
 
 #include "view/segment_map.h"
+#include "view/snapshot_fields.h"
 #include "view/timeline.h"
 
 namespace cudalloc::view {
 namespace {
 
 using nlohmann::json;
-
-std::uint64_t u64(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number_integer() ? it->get<std::uint64_t>() : 0;
-}
-
-// The cudalloc section's entry for `device`, or null.
-const json* cudalloc_device(const json& doc, int device) {
-  auto section = doc.find("cudalloc");
-  if (section == doc.end() || !section->is_object()) return nullptr;
-  auto devices = section->find("devices");
-  if (devices == section->end() || !devices->is_array()) return nullptr;
-  for (const json& d : *devices) {
-    if (d.is_object() && d.value("device", -1) == device) return &d;
-  }
-  return nullptr;
-}
 
 SlabRanges slab_ranges(const json* device_info) {
   SlabRanges out;
@@ -145,7 +129,7 @@ json fragmentation(const Timeline& t, const Summary& s, const json* device_info)
 
 json device_json(const snapshot::LoadedSnapshot& snap, int device,
                  const std::vector<const json*>& segments, const ViewLimits& limits) {
-  const json* info = cudalloc_device(snap.doc, device);
+  const json* info = cudalloc_device_info(snap.doc, device);
   const SlabRanges slabs = slab_ranges(info);
   const Summary summary = summarize(segments);
   FinalState final_state{!segments.empty(), std::int64_t(summary.active),
