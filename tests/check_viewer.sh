@@ -21,6 +21,7 @@ if [ -z "$browser" ]; then
 fi
 
 mkdir -p "$out"
+: >"$out/chromium.log"
 profile=$(mktemp -d)
 trap 'rm -rf "$profile"' EXIT
 failures=0
@@ -31,6 +32,7 @@ browse() {
   local page=$1
   shift
   timeout 120 "$browser" --headless --no-sandbox --disable-gpu --disable-extensions \
+    --disable-dev-shm-usage \
     --no-first-run --hide-scrollbars --user-data-dir="$profile" --window-size=1280,1600 \
     --virtual-time-budget=10000 "$@" "file://$(realpath "$page")" 2>>"$out/chromium.log"
 }
@@ -62,4 +64,8 @@ check_page "$out/replayed.html" "$out/replayed.png"
 check_page "$out/optional_fields.html" "$out/optional_fields.png"
 
 echo "$failures failure(s)"
+if [ "$failures" -ne 0 ]; then
+  echo "last lines of $out/chromium.log:"
+  tail -n 20 "$out/chromium.log"
+fi
 [ "$failures" -eq 0 ]
