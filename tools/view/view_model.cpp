@@ -100,7 +100,21 @@ json top_allocations(const std::vector<const json*>& segments, const SlabRanges&
   return out;
 }
 
-// Peak reserved over peak live: from the trace when it says both, else from cudalloc's stats.
+// The stats object of a cudalloc device entry, or null.
+const json* stats_of(const json* device_info) {
+  if (device_info == nullptr) return nullptr;
+  auto it = device_info->find("stats");
+  return it != device_info->end() && it->is_object() ? &*it : nullptr;
+}
+
+// stats[name].peak of cudalloc's stats, or 0.
+std::uint64_t stat_peak(const json& stats, const char* name) {
+  auto it = stats.find(name);
+  return it != stats.end() && it->is_object() ? u64(*it, "peak") : 0;
+}
+
+// Peak reserved over peak live: from cudalloc's stats when the snapshot has them (they cover
+// the whole run, and are what `replay` reports), else from the trace when it says both.
 json fragmentation(const Timeline& t, const Summary& s, const json* device_info) {
   json f = {{"reserved_unallocated_now", s.reserved > s.allocated ? s.reserved - s.allocated : 0},
             {"cached_now", s.reserved > s.active ? s.reserved - s.active : 0},
@@ -108,15 +122,14 @@ json fragmentation(const Timeline& t, const Summary& s, const json* device_info)
             {"free_bytes", s.free_bytes}};
   std::uint64_t peak_reserved = 0, peak_live = 0;
   std::string source;
-  if (t.events > 0 && t.has_reserved) {
+  if (const json* stats = stats_of(device_info); stats != nullptr) {
+    peak_reserved = stat_peak(*stats, "reserved_bytes");
+    peak_live = stat_peak(*stats, "active_bytes");
+    source = "cudalloc stats";
+  } else if (t.events > 0 && t.has_reserved) {
     peak_reserved = std::uint64_t(t.peak_reserved.bytes);
     peak_live = std::uint64_t(t.peak_live.bytes);
     source = "trace";
-  } else if (device_info != nullptr && device_info->contains("stats")) {
-    const json& stats = (*device_info)["stats"];
-    peak_reserved = stats.value(json::json_pointer("/reserved_bytes/peak"), std::uint64_t{0});
-    peak_live = stats.value(json::json_pointer("/active_bytes/peak"), std::uint64_t{0});
-    source = "cudalloc stats";
   }
   if (!source.empty()) {
     f["peak_reserved"] = peak_reserved;
@@ -136,14 +149,12 @@ json device_json(const snapshot::LoadedSnapshot& snap, int device,
                          std::int64_t(summary.reserved)};
   const Timeline timeline =
       build_timeline(snap.events, device, final_state, limits.timeline_points);
-  json d = {{"device", device},
-            {"summary", summary_json(summary, segments.size())},
-            {"map", segment_map_json(segments, slabs, limits.blocks)},
-            {"timeline", timeline_json(timeline)},
-            {"top_allocations", top_allocations(segments, slabs, limits.top_allocations)},
-            {"fragmentation", fragmentation(timeline, summary, info)}};
-  if (info != nullptr && info->contains("stats")) d["stats"] = (*info)["stats"];
-  return d;
+  return {{"device", device},
+          {"summary", summary_json(summary, segments.size())},
+          {"map", segment_map_json(segments, slabs, limits.blocks)},
+          {"timeline", timeline_json(timeline)},
+          {"top_allocations", top_allocations(segments, slabs, limits.top_allocations)},
+          {"fragmentation", fragmentation(timeline, summary, info)}};
 }
 
 json settings_json(const json& doc) {
