@@ -36,6 +36,28 @@ expect 2 "not live; --skip-inconsistent" "$cli" replay "$dir/s.pickle"
 expect 0 "skipped [0-9]+ inconsistent" "$cli" replay --policy pytorch --skip-inconsistent "$dir/s.pickle"
 expect 0 "commands:" "$cli" help
 
+# view and diff.
+expect 0 "s.html" "$cli" view "$dir/s.json" -o "$dir/s.html"
+expect 0 "" grep -q 'id="model"' "$dir/s.html"
+expect 0 "" "$cli" view "$dir/s.pickle" -o "$dir/p.html"
+expect 0 "back.html" "$cli" view "$dir/back.json.gz"
+expect 0 "reserved_bytes.*->" "$cli" diff "$dir/s.json" "$dir/s.pickle"
+expect 0 '"devices"' "$cli" diff --json "$dir/s.json" "$dir/back.json.gz"
+"$cli" replay --conf trace:1000 --snapshot "$dir/small.json" --policy cudalloc "$trace" >/dev/null
+expect 0 "blocks (allocated|freed): [1-9]" "$cli" diff "$dir/small.json" "$dir/s.json"
+
+# --help on every subcommand: the usage on stdout, exit 0; `cudalloc --help` lists them all.
+for command in options replay inspect convert view diff; do
+  expect 0 "usage: cudalloc $command" "$cli" "$command" --help
+done
+expect 0 "view .*diff|diff .*view" bash -c "'$cli' --help | tr '\n' ' '"
+expect 0 "exit codes: 0 success, 1 .*2 bad usage" bash -c "'$cli' --help | tr '\n' ' '"
+
+# --progress goes to stderr only: --json stdout stays one parseable object per trace.
+expect 0 "" bash -c "'$cli' replay --progress --json --policy cudalloc '$trace' 2>/dev/null |
+                     python3 -c 'import json, sys; json.load(sys.stdin)'"
+expect 0 "cudalloc replay: \[ *[0-9.]+ s\] parsing" "$cli" replay --progress --policy cudalloc "$trace"
+
 # Bad input: clear messages, exit 2, never a crash.
 gzip -dc "$trace" | head -c 5000 > "$dir/truncated.json"
 expect 2 "malformed JSON at byte" "$cli" replay "$dir/truncated.json"
@@ -53,6 +75,21 @@ expect 2 "usage" "$cli" replay
 expect 2 "usage" "$cli" replay --capacity lots "$trace"
 expect 2 "no segments|neither JSON" "$cli" inspect "$dir/garbage"
 expect 2 "usage" "$cli" convert "$dir/s.json" -o "$dir/out.txt"
+expect 2 "malformed JSON at byte" "$cli" view "$dir/truncated.json"
+expect 2 "truncated|corrupt|malformed" "$cli" view "$dir/truncated.json.gz"
+expect 2 "neither JSON nor a pickle" "$cli" view "$dir/garbage"
+expect 2 "cannot open" "$cli" view "$dir/missing.json"
+printf '{"segments": 5}' > "$dir/segments_not_list.json"
+expect 2 "segments.* is not a list" "$cli" view "$dir/segments_not_list.json"
+printf '{"segments": [{"device": "zero"}]}' > "$dir/bad_type.json"
+expect 2 "malformed snapshot" "$cli" view "$dir/bad_type.json"
+expect 2 "malformed snapshot" "$cli" diff "$dir/bad_type.json" "$dir/s.json"
+expect 1 "cannot write" "$cli" view "$dir/s.json" -o "$dir/no/such/dir/x.html"
+expect 2 "usage" "$cli" view
+expect 2 "usage" "$cli" view "$dir/s.json" --frobnicate
+expect 2 "usage" "$cli" diff "$dir/s.json"
+expect 2 "cannot open" "$cli" diff "$dir/s.json" "$dir/missing.json"
+expect 2 "malformed JSON at byte" "$cli" diff "$dir/truncated.json" "$dir/s.json"
 expect 2 "unknown command" "$cli" frobnicate
 expect 2 "bad value" "$cli" options --conf "limit:lots"
 

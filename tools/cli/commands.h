@@ -13,5 +13,7 @@ int options_command(const Args& args);
 int replay_command(const Args& args);
 int inspect_command(const Args& args);
 int convert_command(const Args& args);
+int view_command(const Args& args);
+int diff_command(const Args& args);
 
 }  // namespace cudalloc::cli

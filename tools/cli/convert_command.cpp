@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "snapshot/pickle.h"
 #include "snapshot/trace_reader.h"
 
@@ -31,9 +32,15 @@ bool write_output(const std::string& path, const std::string& data, bool gzip) {
   return out.good();
 }
 
+constexpr const char* kUsage =
+    "usage: cudalloc convert SNAPSHOT -o OUT.pickle|OUT.json|OUT.json.gz\n"
+    "  Converts a snapshot (JSON, .json.gz or PyTorch pickle) to the format OUT's extension\n"
+    "  names; .pickle is what PyTorch's tools read (python -m torch.cuda._memory_viz).\n";
+
 }  // namespace
 
 int convert_command(const Args& args) {
+  if (asks_for_help(args)) return print_help(kUsage);
   std::string in, out;
   for (std::size_t i = 0; i < args.size(); ++i) {
     if ((args[i] == "-o" || args[i] == "--output") && i + 1 < args.size()) {
@@ -47,10 +54,7 @@ int convert_command(const Args& args) {
   }
   const bool to_pickle = ends_with(out, ".pickle") || ends_with(out, ".pkl");
   const bool to_json = ends_with(out, ".json") || ends_with(out, ".json.gz");
-  if (in.empty() || !(to_pickle || to_json)) {
-    std::fputs("usage: cudalloc convert SNAPSHOT -o OUT.pickle|OUT.json|OUT.json.gz\n", stderr);
-    return 2;
-  }
+  if (in.empty() || !(to_pickle || to_json)) return usage_error(kUsage);
   nlohmann::json doc;
   std::string error;
   if (!snapshot::read_snapshot(in, &doc, &error)) {

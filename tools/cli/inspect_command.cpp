@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "snapshot/trace_reader.h"
 #include "util/units.h"
 
@@ -133,9 +134,19 @@ json device_json(int device, const DeviceSummary& d, std::uint64_t size) {
           {"size", size}};
 }
 
+constexpr const char* kUsage =
+    "usage: cudalloc inspect SNAPSHOT [--size BYTES] [--top N] [--width W] [--json]\n"
+    "  Per device: reserved, allocated, active and cached memory, free-memory fragmentation,\n"
+    "  the largest allocations and a text map of the largest segments.\n"
+    "  SNAPSHOT: JSON (cudalloc or PyTorch schema), .json.gz or a PyTorch pickle\n"
+    "  --size: report the free memory in pieces smaller than this (default 1M)\n"
+    "  --top: segments and allocations listed (default 10); --width: map width (default 64)\n"
+    "  --json: the figures as a JSON list, one object per device\n";
+
 }  // namespace
 
 int inspect_command(const Args& args) {
+  if (asks_for_help(args)) return print_help(kUsage);
   std::string path;
   std::size_t size = std::size_t{1} << 20, top = 10;
   int width = 64;
@@ -157,13 +168,7 @@ int inspect_command(const Args& args) {
       break;
     }
   }
-  if (path.empty()) {
-    std::fputs("usage: cudalloc inspect SNAPSHOT [--size BYTES] [--top N] [--width W] [--json]\n"
-               "  SNAPSHOT: JSON (cudalloc or PyTorch schema), .json.gz or a PyTorch pickle\n"
-               "  --size: report the free memory in pieces smaller than this (default 1M)\n",
-               stderr);
-    return 2;
-  }
+  if (path.empty()) return usage_error(kUsage);
   json doc;
   std::string error;
   if (!snapshot::read_snapshot(path, &doc, &error)) {

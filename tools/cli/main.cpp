@@ -22,6 +22,10 @@ constexpr Command kCommands[] = {
      cudalloc::cli::inspect_command},
     {"convert", "convert a snapshot between JSON and PyTorch's pickle (-o OUT.pickle|.json)",
      cudalloc::cli::convert_command},
+    {"view", "write a self-contained HTML page of a snapshot: segment map, timeline, peaks",
+     cudalloc::cli::view_command},
+    {"diff", "what changed between two snapshots: stats, segments, blocks (--json)",
+     cudalloc::cli::diff_command},
 };
 
 int usage(FILE* out) {
@@ -29,7 +33,8 @@ int usage(FILE* out) {
                     "usage: cudalloc <command> [args]   (cudalloc <command> --help)\n\ncommands:\n",
                cudalloc_version_string());
   for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
-  std::fprintf(out, "\nexit codes: 0 success, 1 the work failed, 2 bad usage or bad input\n");
+  std::fprintf(out, "\nexit codes: 0 success, 1 the work failed (e.g. an output cannot be written,\n"
+                    "an invariant broke in replay), 2 bad usage or bad input\n");
   return out == stdout ? 0 : 2;
 }
 

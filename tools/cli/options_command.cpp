@@ -4,10 +4,22 @@
 
 #include "api/options.h"
 #include "cli/commands.h"
+#include "cli/usage.h"
 
 namespace cudalloc::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: cudalloc options [--markdown] [--conf CONF]\n"
+    "  Lists every CUDALLOC_CONF key with its type, default and meaning.\n"
+    "  --markdown  the reference as Markdown (docs/configuration.md)\n"
+    "  --conf      check CONF: prints the resulting value of every key; exit 2 on a bad key\n"
+    "              or value\n";
+
+}  // namespace
 
 int options_command(const Args& args) {
+  if (asks_for_help(args)) return print_help(kUsage);
   bool markdown = false;
   const char* conf = nullptr;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -16,8 +28,7 @@ int options_command(const Args& args) {
     } else if (args[i] == "--conf" && i + 1 < args.size()) {
       conf = args[++i].c_str();
     } else {
-      std::fprintf(stderr, "usage: cudalloc options [--markdown] [--conf CONF]\n");
-      return 2;
+      return usage_error(kUsage);
     }
   }
   Settings settings;

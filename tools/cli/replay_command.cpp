@@ -9,6 +9,8 @@
 
 #include "api/options.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
+#include "cli/usage.h"
 #include "replay/plan.h"
 #include "replay/runner.h"
 #include "snapshot/snapshot_json.h"
@@ -29,11 +31,13 @@ struct ReplayArgs {
   bool skip_inconsistent = false;
   std::string snapshot;  // where to write cudalloc's state after the replay
   bool device_order = false;
+  bool progress = false;  // report progress even when stderr is not a terminal
 };
 
 constexpr const char* kUsage =
     "usage: cudalloc replay TRACE... [--conf CONF] [--capacity BYTES] "
     "[--policy cudalloc|pytorch|both] [--json] [--table] [--skip-inconsistent]\n"
+    "       [--device-order] [--snapshot PATH] [--progress]\n"
     "  TRACE: a snapshot with device_traces (JSON, .json.gz or PyTorch pickle) or an RMM log\n"
     "  --conf      CUDALLOC_CONF settings for cudalloc (default: none)\n"
     "  --capacity  simulated device memory (default 1T: no out-of-memory)\n"
@@ -43,7 +47,9 @@ constexpr const char* kUsage =
     "  --skip-inconsistent  skip frees of unknown addresses and double allocs, and count them\n"
     "  --device-order       free as cudaFree does under LD_PRELOAD (device-ordered, fenced)\n"
     "  --snapshot PATH      write cudalloc's state after the last event as a JSON snapshot\n"
-    "                       (with its trace when --conf has trace:N); one trace only\n";
+    "                       (with its trace when --conf has trace:N); one trace only\n"
+    "  --progress           report each step on stderr even when it is not a terminal (it\n"
+    "                       is shown on a terminal anyway; never on stdout)\n";
 
 bool parse_args(const Args& args, ReplayArgs* r) {
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -57,6 +63,8 @@ bool parse_args(const Args& args, ReplayArgs* r) {
       r->skip_inconsistent = true;
     } else if (a == "--device-order") {
       r->device_order = true;
+    } else if (a == "--progress") {
+      r->progress = true;
     } else if (a == "--snapshot" && has_value) {
       r->snapshot = args[++i];
     } else if (a == "--conf" && has_value) {
@@ -112,7 +120,8 @@ void add_reported(const json& meta, std::uint64_t peak_live, json* out) {
 
 // Replays one trace; returns the process exit code (0, or 2 for bad input).
 int replay_one(const ReplayArgs& args, const Settings& settings, const std::string& path,
-               json* out) {
+               const Progress& progress, json* out) {
+  progress.step("parsing " + path);
   const auto t0 = std::chrono::steady_clock::now();
   snapshot::TraceFile trace;
   std::string error;
@@ -139,6 +148,8 @@ int replay_one(const ReplayArgs& args, const Settings& settings, const std::stri
     frees += plan.free_events;
     skipped += plan.skipped_events;
     const double n = double(plan.ops.size());
+    progress.step("device " + std::to_string(device) + ": replaying " +
+                  std::to_string(plan.ops.size()) + " operations (" + args.policy + ")");
     ops += n;
     auto add = [&](replay::PolicyResult& sum, const replay::PolicyResult& r, double& ns) {
       sum.peak_reserved_bytes += r.peak_reserved_bytes;
@@ -163,6 +174,7 @@ int replay_one(const ReplayArgs& args, const Settings& settings, const std::stri
     }
     if (args.policy != "cudalloc") add(sum_p, replay::run_pytorch(plan, args.capacity), ns_p);
   }
+  progress.step("replayed " + path);
   sum_c.replay_ns_per_event = ops ? ns_c / ops : 0;
   sum_p.replay_ns_per_event = ops ? ns_p / ops : 0;
   (*out)["alloc_events"] = allocs;
@@ -261,11 +273,10 @@ void print_table_row(const json& r) {
 }  // namespace
 
 int replay_command(const Args& args) {
+  if (asks_for_help(args)) return print_help(kUsage);
   ReplayArgs r;
-  if (!parse_args(args, &r)) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
+  if (!parse_args(args, &r)) return usage_error(kUsage);
+  const Progress progress("replay", r.progress);
   Settings settings;
   for (const std::string& w : parse_conf(r.conf, &settings)) {
     std::fprintf(stderr, "warning: %s\n", w.c_str());
@@ -274,7 +285,7 @@ int replay_command(const Args& args) {
   if (r.table) print_table_header();
   for (const std::string& trace : r.traces) {
     json result;
-    if (int rc = replay_one(r, settings, trace, &result); rc != 0) {
+    if (int rc = replay_one(r, settings, trace, progress, &result); rc != 0) {
       status = rc;
       continue;
     }

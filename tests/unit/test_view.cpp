@@ -1,0 +1,171 @@
+// The viewer's model (timeline downsampling, segment-map capping), its page escaping, the
+// snapshot loader and the snapshot diff.
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "snapshot/snapshot_loader.h"
+#include "view/html_page.h"
+#include "view/segment_map.h"
+#include "view/snapshot_diff.h"
+#include "view/timeline.h"
+
+using namespace cudalloc;
+using namespace cudalloc::view;
+using nlohmann::json;
+using snapshot::EventKind;
+using snapshot::SnapshotEvent;
+
+namespace {
+
+SnapshotEvent event(EventKind kind, std::uint64_t addr, std::uint64_t size) {
+  SnapshotEvent e;
+  e.kind = kind;
+  e.addr = addr;
+  e.size = size;
+  return e;
+}
+
+std::string temp_file(const std::string& name, const std::string& content) {
+  const std::string path = "/tmp/cudalloc_view_test_" + std::to_string(::getpid()) + "_" + name;
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
+json block(std::uint64_t addr, std::uint64_t size, const char* state) {
+  return {{"address", addr}, {"size", size}, {"state", state}};
+}
+
+}  // namespace
+
+TEST_CASE("timeline: a one-event peak survives downsampling to a few buckets", "[view]") {
+  std::vector<SnapshotEvent> events;
+  events.push_back(event(EventKind::segment_alloc, 0, 1000));
+  for (int i = 0; i < 10000; ++i) {
+    const bool spike = i == 7777;
+    events.push_back(event(EventKind::alloc, 1, spike ? 900 : 10));
+    events.push_back(event(EventKind::free_completed, 1, spike ? 900 : 10));
+  }
+  const Timeline t = build_timeline(events, 0, {}, 50);
+  REQUIRE(t.events == events.size());
+  REQUIRE(t.x.size() <= 50);
+  CHECK(t.peak_live.bytes == 900);
+  CHECK(t.peak_live.event == 1 + 2 * 7777);
+  CHECK(*std::max_element(t.live_max.begin(), t.live_max.end()) == 900);
+  CHECK(*std::min_element(t.live_min.begin(), t.live_min.end()) == 0);
+  CHECK(t.has_reserved);
+  CHECK(t.peak_reserved.bytes == 1000);
+}
+
+TEST_CASE("timeline: a trace cut from a ring buffer ends at the snapshot's state", "[view]") {
+  // The trace starts mid-run: its first event frees memory allocated before it.
+  const std::vector<SnapshotEvent> events = {event(EventKind::free_completed, 1, 100),
+                                             event(EventKind::alloc, 2, 30)};
+  const Timeline lifted = build_timeline(events, 0, {}, 10);
+  CHECK(lifted.live_min.front() == 0);  // lifted so that nothing is below zero
+  const Timeline anchored = build_timeline(events, 0, {true, 230, 500}, 10);
+  CHECK(anchored.live_max.back() == 230);
+  CHECK(anchored.peak_live.bytes == 300);  // before the first event's free
+  CHECK(anchored.reserved_max.back() == 500);
+}
+
+TEST_CASE("timeline: segment_map and segment_unmap change reserved memory", "[view]") {
+  const std::vector<SnapshotEvent> events = {event(EventKind::segment_map, 0, 64),
+                                             event(EventKind::segment_map, 64, 64),
+                                             event(EventKind::segment_unmap, 64, 64)};
+  const Timeline t = build_timeline(events, 0, {}, 10);
+  CHECK(t.peak_reserved.bytes == 128);
+  CHECK(t.reserved_max.back() == 64);
+}
+
+TEST_CASE("script_safe_json: no string can close the script element", "[view]") {
+  const json doc = {{"text", "</script><script>alert(1)</script> & <!-- \u2028"}};
+  const std::string safe = script_safe_json(doc);
+  CHECK(safe.find('<') == std::string::npos);
+  CHECK(safe.find('>') == std::string::npos);
+  CHECK(safe.find('&') == std::string::npos);
+  CHECK(safe.find("\\u2028") != std::string::npos);
+  CHECK(json::parse(safe) == doc);  // the same data once parsed
+}
+
+TEST_CASE("render_page: markers in the data are not template markers", "[view]") {
+  const std::string page = render_page({{"x", "@DATA@ /*@SCRIPT@*/"}}, "a <b> @TITLE@");
+  CHECK(page.find("a &lt;b&gt; @TITLE@") != std::string::npos);
+  CHECK(page.find("@DATA@ /*@SCRIPT@*/") != std::string::npos);  // inside the data, once
+  CHECK(page.find("<script type=\"application/json\" id=\"model\">") != std::string::npos);
+}
+
+TEST_CASE("segment map: past the block budget, runs merge and small segments are left out",
+          "[view]") {
+  json small = {{"address", 1000}, {"total_size", 40}, {"blocks", json::array()}};
+  for (int i = 0; i < 4; ++i)
+    small["blocks"].push_back(block(1000 + 10 * i, 10, i < 2 ? "active_allocated" : "inactive"));
+  json big = {{"address", 0}, {"total_size", 400}, {"blocks", json::array()}};
+  for (int i = 0; i < 40; ++i)
+    big["blocks"].push_back(block(10 * i, 10, i % 2 ? "active_allocated" : "inactive"));
+  const json all = segment_map_json({&big, &small}, {}, 100);
+  CHECK(all["blocks_drawn"] == 44);
+  const json merged = segment_map_json({&big, &small}, {}, 42);
+  CHECK(merged["segments"].size() == 2);
+  CHECK(merged["blocks_drawn"] == 42);  // the small segment's 4 blocks became 2 runs
+  const json capped = segment_map_json({&big, &small}, {}, 41);
+  CHECK(capped["segments"].size() == 1);
+  CHECK(capped["segments_left_out"] == 1);
+}
+
+TEST_CASE("block states: slab objects are told apart by the slab ranges", "[view]") {
+  const SlabRanges slabs = {{100, 200}, {300, 400}};
+  CHECK(block_state_code("active_allocated", 150, slabs) == kSlab);
+  CHECK(block_state_code("active_allocated", 250, slabs) == kAllocated);
+  CHECK(block_state_code("active_allocated", 400, slabs) == kAllocated);
+  CHECK(block_state_code("active_pending_free", 150, slabs) == kPending);
+  CHECK(block_state_code("inactive", 150, slabs) == kFree);
+}
+
+TEST_CASE("load_snapshot: events leave the document, bad input says where", "[view]") {
+  snapshot::LoadedSnapshot snap;
+  std::string error;
+  const auto good = temp_file("good.json", R"({"segments": [], "device_traces": [[
+      {"action": "alloc", "addr": 1, "size": 8, "time_us": 5},
+      {"action": "segment_unmap", "addr": 0, "size": 64}], [{"action": "weird"}]]})");
+  REQUIRE(snapshot::load_snapshot(good, &snap, &error));
+  REQUIRE(snap.events.size() == 3);
+  CHECK(snap.events[0].time_us == 5);
+  CHECK(snap.events[1].kind == EventKind::segment_unmap);
+  CHECK(snap.events[2].kind == EventKind::other);
+  CHECK(snap.events[2].device == 1);
+  CHECK(snap.doc["device_traces"] == json::array({json::array(), json::array()}));
+
+  snapshot::LoadedSnapshot bad;
+  CHECK_FALSE(snapshot::load_snapshot(temp_file("cut.json", R"({"segments": [)"), &bad, &error));
+  CHECK(error.find("malformed JSON at byte") != std::string::npos);
+  CHECK_FALSE(snapshot::load_snapshot(
+      temp_file("noaction.json", R"({"device_traces": [[{"size": 1}]]})"), &bad, &error));
+  CHECK(error.find("device 0, event 0") != std::string::npos);
+}
+
+TEST_CASE("snapshot_diff: stats, segments and blocks, largest first", "[view]") {
+  auto segment = [](std::uint64_t addr, std::uint64_t size, json blocks) {
+    return json{
+        {"device", 0}, {"address", addr}, {"total_size", size}, {"blocks", std::move(blocks)}};
+  };
+  const json before = {
+      {"segments",
+       {segment(0, 100, {block(0, 60, "active_allocated"), block(60, 40, "inactive")}),
+        segment(1000, 50, json::array())}}};
+  const json after = {
+      {"segments",
+       {segment(0, 200, {block(0, 60, "active_allocated"), block(60, 30, "active_allocated")}),
+        segment(5000, 70, {block(5000, 70, "active_allocated")})}}};
+  const json d = snapshot_diff(before, after)["devices"][0];
+  CHECK(d["stats"]["reserved_bytes"]["delta"] == 270 - 150);
+  CHECK(d["stats"]["allocations"]["delta"] == 2);
+  CHECK(d["segments"]["added"][0]["address"] == "0x1388");
+  CHECK(d["segments"]["removed"][0]["size_before"] == 50);
+  CHECK(d["segments"]["resized"][0]["delta"] == 100);
+  REQUIRE(d["blocks"]["allocated"].size() == 2);
+  CHECK(d["blocks"]["allocated"][0]["size"] == 70);  // largest first
+  CHECK(d["blocks"]["freed"].empty());
+}

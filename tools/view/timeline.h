@@ -1,0 +1,46 @@
+// Live and reserved memory of one device over its trace, downsampled for drawing.
+//
+// live     = sum of alloc sizes minus free_completed sizes (a block whose free waits for
+//            stream events still holds its memory)
+// reserved = segment_alloc + segment_map minus segment_free + segment_unmap
+// The x axis is the event index. Each of at most `max_points` buckets keeps the minimum and
+// the maximum reached inside it, so no peak is lost to the downsampling.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "snapshot/snapshot_loader.h"
+
+namespace cudalloc::view {
+
+// The memory held when the snapshot was taken, which the trace ends at. A trace cut from a
+// ring buffer starts mid-run: its running sums are shifted so that they end at these values
+// (when the snapshot has segments) and never go below zero.
+struct FinalState {
+  bool known = false;
+  std::int64_t live = 0;
+  std::int64_t reserved = 0;
+};
+
+struct TimelinePeak {
+  std::uint64_t event = 0;  // index of the event after which the peak was reached
+  std::int64_t bytes = 0;
+};
+
+struct Timeline {
+  std::uint64_t events = 0;      // events of this device (every action)
+  bool has_reserved = false;     // the trace has segment events, or the final state is known
+  std::vector<std::uint64_t> x;  // first event index of each bucket
+  std::vector<std::int64_t> live_min, live_max, reserved_min, reserved_max;
+  TimelinePeak peak_live, peak_reserved;
+};
+
+// `events` of every device; only those of `device` are used. max_points >= 2.
+Timeline build_timeline(const std::vector<snapshot::SnapshotEvent>& events, int device,
+                        const FinalState& final_state, std::size_t max_points);
+
+nlohmann::json timeline_json(const Timeline& t);
+
+}  // namespace cudalloc::view

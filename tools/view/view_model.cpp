@@ -1,0 +1,202 @@
+#include "view/view_model.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "view/segment_map.h"
+#include "view/snapshot_fields.h"
+#include "view/timeline.h"
+
+namespace cudalloc::view {
+namespace {
+
+using nlohmann::json;
+
+SlabRanges slab_ranges(const json* device_info) {
+  SlabRanges out;
+  if (device_info == nullptr || !device_info->contains("slabs") ||
+      !(*device_info)["slabs"].is_array()) {
+    return out;
+  }
+  for (const json& s : (*device_info)["slabs"]) {
+    if (s.is_object()) out.emplace_back(u64(s, "address"), u64(s, "address") + u64(s, "bytes"));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+struct Summary {
+  std::uint64_t reserved = 0, allocated = 0, active = 0, requested = 0;
+  std::uint64_t free_bytes = 0, free_blocks = 0, largest_free = 0;
+  std::uint64_t allocations = 0, pending_blocks = 0;  // blocks allocated / waiting for events
+};
+
+Summary summarize(const std::vector<const json*>& segments) {
+  Summary s;
+  for (const json* seg : segments) {
+    s.reserved += u64(*seg, "total_size");
+    s.allocated += u64(*seg, "allocated_size");
+    s.active += u64(*seg, "active_size");
+    s.requested += u64(*seg, "requested_size");
+    for (const json& b : seg->value("blocks", json::array())) {
+      if (!b.is_object()) continue;
+      const std::string state = b.value("state", "");
+      if (state != "inactive") {
+        ++(state == "active_pending_free" ? s.pending_blocks : s.allocations);
+        continue;
+      }
+      ++s.free_blocks;
+      s.free_bytes += u64(b, "size");
+      s.largest_free = std::max(s.largest_free, u64(b, "size"));
+    }
+  }
+  return s;
+}
+
+json summary_json(const Summary& s, std::size_t segments) {
+  return {{"segments", segments},
+          {"reserved", s.reserved},
+          {"allocated", s.allocated},
+          {"active", s.active},
+          {"requested", s.requested},
+          {"cached", s.reserved > s.active ? s.reserved - s.active : 0},
+          {"reserved_unallocated", s.reserved > s.allocated ? s.reserved - s.allocated : 0},
+          {"allocations", s.allocations},
+          {"pending_blocks", s.pending_blocks},
+          {"free_blocks", s.free_blocks},
+          {"free_bytes", s.free_bytes},
+          {"largest_free_block", s.largest_free}};
+}
+
+json top_allocations(const std::vector<const json*>& segments, const SlabRanges& slabs,
+                     std::size_t top) {
+  struct Row {
+    std::uint64_t size, address, requested, segment, stream;
+    int state;
+  };
+  std::vector<Row> rows;
+  for (const json* seg : segments) {
+    for (const json& b : seg->value("blocks", json::array())) {
+      if (!b.is_object() || b.value("state", "") == "inactive") continue;
+      rows.push_back({u64(b, "size"), u64(b, "address"), u64(b, "requested_size"),
+                      u64(*seg, "address"), u64(*seg, "stream"),
+                      block_state_code(b.value("state", ""), u64(b, "address"), slabs)});
+    }
+  }
+  const std::size_t n = std::min(top, rows.size());
+  std::partial_sort(rows.begin(), rows.begin() + std::ptrdiff_t(n), rows.end(),
+                    [](const Row& a, const Row& b) { return a.size > b.size; });
+  json out = json::array();
+  for (std::size_t i = 0; i < n; ++i) {
+    const Row& r = rows[i];
+    out.push_back({{"address", hex_address(r.address)},
+                   {"size", r.size},
+                   {"requested", r.requested},
+                   {"segment", hex_address(r.segment)},
+                   {"stream", hex_address(r.stream)},
+                   {"state", r.state}});
+  }
+  return out;
+}
+
+// The stats object of a cudalloc device entry, or null.
+const json* stats_of(const json* device_info) {
+  if (device_info == nullptr) return nullptr;
+  auto it = device_info->find("stats");
+  return it != device_info->end() && it->is_object() ? &*it : nullptr;
+}
+
+// stats[name].peak of cudalloc's stats, or 0.
+std::uint64_t stat_peak(const json& stats, const char* name) {
+  auto it = stats.find(name);
+  return it != stats.end() && it->is_object() ? u64(*it, "peak") : 0;
+}
+
+// Peak reserved over peak live: from cudalloc's stats when the snapshot has them (they cover
+// the whole run, and are what `replay` reports), else from the trace when it says both.
+json fragmentation(const Timeline& t, const Summary& s, const json* device_info) {
+  json f = {{"reserved_unallocated_now", s.reserved > s.allocated ? s.reserved - s.allocated : 0},
+            {"cached_now", s.reserved > s.active ? s.reserved - s.active : 0},
+            {"largest_free_block", s.largest_free},
+            {"free_bytes", s.free_bytes}};
+  std::uint64_t peak_reserved = 0, peak_live = 0;
+  std::string source;
+  if (const json* stats = stats_of(device_info); stats != nullptr) {
+    peak_reserved = stat_peak(*stats, "reserved_bytes");
+    peak_live = stat_peak(*stats, "active_bytes");
+    source = "cudalloc stats";
+  } else if (t.events > 0 && t.has_reserved) {
+    peak_reserved = std::uint64_t(t.peak_reserved.bytes);
+    peak_live = std::uint64_t(t.peak_live.bytes);
+    source = "trace";
+  }
+  if (!source.empty()) {
+    f["peak_reserved"] = peak_reserved;
+    f["peak_live"] = peak_live;
+    f["peak_source"] = source;
+    if (peak_live > 0) f["peak_ratio"] = double(peak_reserved) / double(peak_live);
+  }
+  return f;
+}
+
+json device_json(const snapshot::LoadedSnapshot& snap, int device,
+                 const std::vector<const json*>& segments, const ViewLimits& limits) {
+  const json* info = cudalloc_device_info(snap.doc, device);
+  const SlabRanges slabs = slab_ranges(info);
+  const Summary summary = summarize(segments);
+  FinalState final_state{!segments.empty(), std::int64_t(summary.active),
+                         std::int64_t(summary.reserved)};
+  const Timeline timeline =
+      build_timeline(snap.events, device, final_state, limits.timeline_points);
+  return {{"device", device},
+          {"summary", summary_json(summary, segments.size())},
+          {"map", segment_map_json(segments, slabs, limits.blocks)},
+          {"timeline", timeline_json(timeline)},
+          {"top_allocations", top_allocations(segments, slabs, limits.top_allocations)},
+          {"fragmentation", fragmentation(timeline, summary, info)}};
+}
+
+json settings_json(const json& doc) {
+  json out = json::object();
+  if (auto s = doc.find("allocator_settings"); s != doc.end()) out["allocator_settings"] = *s;
+  auto c = doc.find("cudalloc");
+  if (c != doc.end() && c->is_object()) {
+    for (const char* key : {"version", "schema_version", "conf", "settings"}) {
+      if (c->contains(key)) out["cudalloc"][key] = (*c)[key];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+json view_model(const snapshot::LoadedSnapshot& snap, const std::string& source,
+                const ViewLimits& limits) {
+  std::map<int, std::vector<const json*>> by_device;  // pointers into snap.doc
+  auto segments = snap.doc.find("segments");
+  if (segments != snap.doc.end() && segments->is_array()) {
+    for (const json& seg : *segments) {
+      if (seg.is_object()) by_device[seg.value("device", 0)].push_back(&seg);
+    }
+  }
+  std::set<int> devices;
+  for (const auto& entry : by_device) devices.insert(entry.first);
+  for (const auto& e : snap.events) devices.insert(e.device);
+  for (auto& [device, segs] : by_device) {
+    std::sort(segs.begin(), segs.end(),
+              [](const json* a, const json* b) { return u64(*a, "address") < u64(*b, "address"); });
+  }
+  json out = {{"source", source},
+              {"format", snap.format},
+              {"trace_events", snap.events.size()},
+              {"settings", settings_json(snap.doc)},
+              {"devices", json::array()}};
+  if (auto meta = snap.doc.find("meta"); meta != snap.doc.end()) out["meta"] = *meta;
+  for (int device : devices) {
+    out["devices"].push_back(device_json(snap, device, by_device[device], limits));
+  }
+  return out;
+}
+
+}  // namespace cudalloc::view
