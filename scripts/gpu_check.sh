@@ -200,8 +200,10 @@ fi
 if want sanitizer; then
   SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
   if [ -n "$SANITIZER" ] && [ -n "$GPU_TEST" ]; then
-    run_step memcheck "$LIMIT_SANITIZER" env LD_LIBRARY_PATH="$(binary_library_path "$GPU_TEST")" \
-      "$SANITIZER" --tool memcheck --error-exitcode 9 "$GPU_TEST"
+    for tool in memcheck racecheck; do
+      run_step "$tool" "$LIMIT_SANITIZER" env LD_LIBRARY_PATH="$(binary_library_path "$GPU_TEST")" \
+        "$SANITIZER" --tool "$tool" --error-exitcode 9 "$GPU_TEST"
+    done
   else
     skip_step memcheck "compute-sanitizer not found"
   fi

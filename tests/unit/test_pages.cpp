@@ -228,3 +228,29 @@ TEST_CASE("a page whose physical page serves elsewhere is remapped after its str
   h.put(b);
   h.put(gap);
 }
+
+TEST_CASE("a snapshot shows runs of pages in use, adding up to reserved memory", "[pages][snapshot]") {
+  Harness h(paged());
+  void* a = h.get(3 * MiB);   // pages 0-1
+  void* gap = h.get(4 * MiB); // pages 1-3
+  void* b = h.get(1 * MiB);   // page 3
+  h.put(gap);                 // page 2 idle but mapped: still shown, once
+  void* far = h.get(64 * MiB);  // pages 4-35 (the tail)
+  h.put(a);
+  const DeviceState st = h.alloc->state();
+  std::size_t shown = 0;
+  for (const SegmentState& s : st.segments) {
+    CHECK(s.paged);
+    CHECK(s.size % kPage == 0);
+    std::uintptr_t at = s.base;
+    for (const BlockState& blk : s.blocks) {
+      CHECK(blk.addr == at);
+      at += blk.size;
+    }
+    CHECK(at == s.base + s.size);  // blocks cover the run exactly
+    shown += s.size;
+  }
+  CHECK(static_cast<std::int64_t>(shown) == h.stats().reserved_bytes.current);
+  h.put(b);
+  h.put(far);
+}
