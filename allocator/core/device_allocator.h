@@ -158,7 +158,8 @@ class DeviceAllocator {
   std::uintptr_t page_address(const Page& page) const;
   // Unmaps every page without users and returns every idle physical page to the driver.
   std::size_t release_cached_pages();
-  void release_physical_page(PhysicalPage* phys);
+  // Returns an idle physical page mapped nowhere to the driver; false (and kept) on failure.
+  bool release_physical_page(PhysicalPage* phys);
   // Unmaps every page of the segment and returns its address range (drop_everything).
   void drop_paged_segment(Segment* seg);
 

@@ -170,10 +170,13 @@ Error DeviceAllocator::create_physical_page(PhysicalPage** out) {
   return Error::ok;
 }
 
-void DeviceAllocator::release_physical_page(PhysicalPage* phys) {
+bool DeviceAllocator::release_physical_page(PhysicalPage* phys) {
   if (device_.release_physical(phys->handle) != device::Status::ok) {
-    log().warn("device {}: releasing a physical page failed; it is leaked", ordinal_);
+    log().warn("device {}: releasing a physical page failed: {}; kept for the next try",
+               ordinal_, device_.last_failure());
+    return false;
   }
+  idle_remove(*phys);
   PhysicalPage* moved = physical_pages_.back();
   physical_pages_[phys->index] = moved;
   moved->index = phys->index;
@@ -184,6 +187,7 @@ void DeviceAllocator::release_physical_page(PhysicalPage* phys) {
   stats_.reserved_count.decrease(1);
   stats_.cached_bytes.decrease(bytes);
   stats_.device_frees.count();
+  return true;
 }
 
 Error DeviceAllocator::map_physical(Page& page, PhysicalPage& phys) {
@@ -294,11 +298,7 @@ std::size_t DeviceAllocator::release_cached_pages() {
   std::size_t released = 0;
   for (PhysicalPage* phys = idle_head_; phys != nullptr;) {
     PhysicalPage* next = phys->idle_next;
-    if (phys->mappings.empty()) {
-      idle_remove(*phys);
-      release_physical_page(phys);
-      released += page_size_;
-    }
+    if (phys->mappings.empty() && release_physical_page(phys)) released += page_size_;
     phys = next;
   }
   return released;

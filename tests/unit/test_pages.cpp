@@ -185,6 +185,13 @@ TEST_CASE("empty_cache unmaps and releases every unused page", "[pages]") {
     h.check();
     CHECK(h.stats().reserved_bytes.current == pages(1));
   }
+  SECTION("a release fault keeps the page until the next empty_cache") {
+    h.fake.fail_call(CallKind::release_physical, 1, device::Status::device_error);
+    REQUIRE(h.alloc->empty_cache() == Error::ok);
+    h.check();
+    CHECK(h.stats().reserved_bytes.current == pages(1));
+    CHECK(h.stats().mapped_bytes.current == 0);
+  }
   REQUIRE(h.alloc->empty_cache() == Error::ok);
   h.check();
   CHECK(h.stats().reserved_bytes.current == 0);
