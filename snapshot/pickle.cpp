@@ -256,7 +256,9 @@ bool Unpickler::step_memo(unsigned char op, bool* handled) {
     case 'q': case 'r': case 'p':  // BINPUT, LONG_BINPUT, PUT
       if (!read_memo_index(op == 'p', op == 'q', &index)) return false;
       if (stack_.empty()) return fail("PUT on an empty stack");
-      if (index > (std::size_t{1} << 26)) return fail("memo index too large");
+      // Picklers number memo entries from 0, one per PUT: an index past the input's length
+      // is hostile (and would make the memo table that large).
+      if (index > data_.size()) return fail("memo index too large");
       if (memo_.size() <= index) memo_.resize(index + 1);
       memo_[index] = stack_.back();
       return true;

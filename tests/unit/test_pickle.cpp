@@ -103,6 +103,9 @@ TEST_CASE("hostile pickles are refused quickly and cleanly", "[pickle][errors][f
   laughs += '.';
   CHECK_FALSE(pickle_to_json(laughs, &doc, &error));
   CHECK(error.find("far larger") != std::string::npos);
+  // LONG_BINPUT at index 57 million: used to grow the memo table to ~1 GB.
+  CHECK_FALSE(pickle_to_json(std::string("\x80\x02}q\x00(tra(q\x03", 12), &doc, &error));
+  CHECK(error.find("memo index too large") != std::string::npos);
   // A list appended to itself: refused (the leak it used to cause shows under ASan).
   CHECK_FALSE(pickle_to_json(std::string("\x80\x02]q\x00h\x00a.", 9), &doc, &error));
   CHECK(error.find("nesting too deep") != std::string::npos);
