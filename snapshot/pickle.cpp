@@ -328,7 +328,11 @@ bool Unpickler::to_json(const Ref& node, json* out, int depth) {
       for (const auto& [k, v] : d.items) {
         json key, value;
         if (!self.to_json(k, &key, depth + 1) || !self.to_json(v, &value, depth + 1)) return false;
-        (*out)[key.is_string() ? key.get<std::string>() : key.dump()] = std::move(value);
+        // A key that is not a string (a tuple, a number) is named by its JSON text; bytes that
+        // are not UTF-8 in it are replaced rather than thrown about.
+        (*out)[key.is_string() ? key.get<std::string>()
+                               : key.dump(-1, ' ', false, json::error_handler_t::replace)] =
+            std::move(value);
       }
       return true;
     }
