@@ -22,7 +22,7 @@ using namespace cudalloc::test;
 namespace {
 
 constexpr int kWorkers = 6;
-constexpr int kOpsPerWorker = 1500;
+constexpr int kOpsPerWorker = 4000;
 constexpr int kDevices = 2;
 
 // Catch2 assertions are not thread-safe: threads report here, the test checks at the end.
@@ -136,7 +136,7 @@ void observer(Allocator& allocator, FakeDevice& fake, const std::atomic<int>& ru
 
 }  // namespace
 
-TEST_CASE("stress: threads on their own streams of two devices, with observers",
+TEST_CASE("stress: threads on their own streams of two devices with observers",
           "[concurrency][stress]") {
   FakeDevice::Options o = fake_options(512 * MiB);
   o.devices = kDevices;
