@@ -7,8 +7,9 @@
 // four streams, empty_cache, caps, device-ordered frees, registered streams, reset, and
 // injected device faults (FakeDevice::fail_call).
 //
-// After every operation: validate() holds on both devices, the allocated counts equal the
-// model's, every live allocation is owned by its device only. The model (op_model.h) adds what
+// After every operation: validate() holds on each device the operation used (the other's
+// state cannot have changed: devices share nothing), the allocated counts equal the model's,
+// every live allocation is owned by its device only. The model (op_model.h) adds what
 // validate() cannot see: no two live allocations overlap, no allocation lands in memory still
 // waiting for record_stream streams, and every allocation's bytes survive until it is freed.
 // Each call must give one of the results its contract allows. At the end, with faults cleared
@@ -83,6 +84,7 @@ class OpFuzzer {
 
   void run() {
     for (std::size_t i = 0; i < kMaxOps && !in_.done(); ++i) {
+      touched_ = 0;
       step(static_cast<Op>(in_.below(static_cast<std::size_t>(Op::count_))));
       check_all();
     }
@@ -109,6 +111,13 @@ class OpFuzzer {
     s.limit = kLimit[in_.below(4)];
     s.trace = in_.below(2) * 64;
     return s;
+  }
+
+  // The allocator of device d, noted as touched by the current step (only touched devices
+  // are validated after it: the others' state cannot have changed, devices share nothing).
+  DeviceAllocator& use(int d) {
+    touched_ |= 1u << d;
+    return *devices_[static_cast<std::size_t>(d)];
   }
 
   // ---- decoding helpers ----
@@ -187,7 +196,7 @@ class OpFuzzer {
       case Op::empty_cache: {
         const int d = pick_device();
         note("empty_cache dev %d", d);
-        const Error e = devices_[d]->empty_cache();
+        const Error e = use(d).empty_cache();
         return expect(e == Error::ok, "empty_cache failed: " + name(e));
       }
       case Op::set_limit: return set_limit();
@@ -197,13 +206,13 @@ class OpFuzzer {
         const int d = pick_device();
         const StreamHandle s = kStreams[1 + in_.below(std::size(kStreams) - 1)];
         note("register_stream dev %d stream %#zx", d, std::size_t(s));
-        return devices_[d]->register_stream(s);
+        return use(d).register_stream(s);
       }
       case Op::unregister_stream: {
         const int d = pick_device();
         const StreamHandle s = kStreams[1 + in_.below(std::size(kStreams) - 1)];
         note("unregister_stream dev %d stream %#zx", d, std::size_t(s));
-        return devices_[d]->unregister_stream(s);
+        return use(d).unregister_stream(s);
       }
       case Op::memory_info: return memory_info();
       case Op::reset: return reset();
@@ -217,7 +226,7 @@ class OpFuzzer {
     const StreamHandle s = pick_stream();
     const std::size_t size = pick_size();
     void* p = reinterpret_cast<void*>(1);
-    const Error e = devices_[d]->allocate(size, s, &p);
+    const Error e = use(d).allocate(size, s, &p);
     note("allocate dev %d stream %#zx size %zu -> %s %p", d, std::size_t(s), size,
          error_name(e), p);
     if (e != Error::ok) {
@@ -256,7 +265,7 @@ class OpFuzzer {
     if (!damage.empty()) violation(damage);
     const Allocation a = heap_.remove(live->addr);
     void* p = reinterpret_cast<void*>(a.addr);
-    const Error e = devices_[a.device]->deallocate(p, order);
+    const Error e = use(a.device).deallocate(p, order);
     note("free%s dev %d %p (allocation %llu) -> %s",
          order == DeviceAllocator::FreeOrder::device ? "(device order)" : "", a.device, p,
          static_cast<unsigned long long>(a.tag), error_name(e));
@@ -264,7 +273,7 @@ class OpFuzzer {
     // event that cannot be made) may be reported, but the pointer is gone either way.
     expect(e == Error::ok || e == Error::device_error,
            "free of a live pointer failed: " + name(e));
-    expect(!devices_[a.device]->owns(p), "a freed pointer is still owned");
+    expect(!use(a.device).owns(p), "a freed pointer is still owned");
     if (order == DeviceAllocator::FreeOrder::stream && !a.uses.empty()) quarantine_.hold(a);
     remember_freed(a.device, a.addr);
   }
@@ -276,11 +285,11 @@ class OpFuzzer {
 
   // A free that must be refused and change nothing.
   void expect_refused_free(int d, void* p, const char* what) {
-    const auto before = devices_[d]->stats().allocated_count.current;
-    const Error e = devices_[d]->deallocate(p);
+    const auto before = use(d).stats().allocated_count.current;
+    const Error e = use(d).deallocate(p);
     note("%s dev %d %p -> %s", what, d, p, error_name(e));
     expect(e == Error::invalid_pointer, std::string(what) + " was not refused: " + name(e));
-    expect(devices_[d]->stats().allocated_count.current == before,
+    expect(use(d).stats().allocated_count.current == before,
            std::string(what) + " changed the allocated count");
   }
 
@@ -314,14 +323,14 @@ class OpFuzzer {
     if (live == nullptr) return;
     void* p = reinterpret_cast<void*>(live->addr);
     expect_refused_free(1 - live->device, p, "free on the wrong device");
-    expect(devices_[live->device]->owns(p), "a free on the wrong device freed the pointer");
+    expect(use(live->device).owns(p), "a free on the wrong device freed the pointer");
   }
 
   void record_stream() {
     Allocation* live = pick_live();
     if (live == nullptr) return;
     const StreamHandle s = pick_stream();
-    const Error e = devices_[live->device]->record_stream(reinterpret_cast<void*>(live->addr), s);
+    const Error e = use(live->device).record_stream(reinterpret_cast<void*>(live->addr), s);
     note("record_stream dev %d %#zx stream %#zx -> %s", live->device, std::size_t(live->addr),
          std::size_t(s), error_name(e));
     expect(e == Error::ok, "record_stream of a live pointer failed: " + name(e));
@@ -333,7 +342,7 @@ class OpFuzzer {
   void record_stream_foreign() {
     const int d = pick_device();
     int on_stack = 0;
-    const Error e = devices_[d]->record_stream(&on_stack, pick_stream());
+    const Error e = use(d).record_stream(&on_stack, pick_stream());
     note("record_stream of a foreign pointer dev %d -> %s", d, error_name(e));
     expect(e == Error::invalid_pointer, "record_stream of a foreign pointer: " + name(e));
   }
@@ -344,7 +353,7 @@ class OpFuzzer {
     const int d = pick_device();
     const std::size_t limit = kLimits[in_.below(std::size(kLimits))];
     note("set_memory_limit dev %d %zu", d, limit);
-    expect(devices_[d]->set_memory_limit(limit) == Error::ok, "set_memory_limit failed");
+    expect(use(d).set_memory_limit(limit) == Error::ok, "set_memory_limit failed");
   }
 
   void set_fraction() {
@@ -352,7 +361,7 @@ class OpFuzzer {
                                             std::numeric_limits<double>::quiet_NaN()};
     const int d = pick_device();
     const double f = kFractions[in_.below(std::size(kFractions))];
-    const Error e = devices_[d]->set_memory_fraction(f);
+    const Error e = use(d).set_memory_fraction(f);
     note("set_memory_fraction dev %d %g -> %s", d, f, error_name(e));
     const bool valid = f > 0.0 && f <= 1.0;
     expect(e == (valid ? Error::ok : Error::invalid_value), "set_memory_fraction: " + name(e));
@@ -373,7 +382,7 @@ class OpFuzzer {
   void memory_info() {
     const int d = pick_device();
     std::size_t free_bytes = 0, total = 0;
-    const Error e = devices_[d]->memory_info(&free_bytes, &total);
+    const Error e = use(d).memory_info(&free_bytes, &total);
     note("memory_info dev %d -> %s free %zu total %zu", d, error_name(e), free_bytes, total);
     expect(e == Error::ok, "memory_info failed: " + name(e));
     expect(free_bytes <= total, "memory_info: more free than total");
@@ -386,7 +395,7 @@ class OpFuzzer {
     // real device cudaDeviceReset frees them all. FakeDevice has no reset, so a refused free
     // would stay "used" there and read as a leak at the end; reset runs without faults.
     fake_.clear_faults();
-    expect(devices_[d]->reset() == Error::ok, "reset failed");
+    expect(use(d).reset() == Error::ok, "reset failed");
     // Every pointer of the device is invalid now; their memory went back to the device.
     for (std::uintptr_t addr : heap_.addresses()) {
       if (heap_.starting_at(addr)->device == d) heap_.remove(addr);
@@ -401,10 +410,10 @@ class OpFuzzer {
   // allocations; check_all() then covers the invariants after it like after any other step.
   void offload() { note("offload (not implemented yet: no-op)"); }
 
-  // ---- checks after every step ----
+  // ---- checks after every step (validate() on the devices it touched) ----
   void check_all() {
     for (int d = 0; d < kDevices; ++d) {
-      const std::string problem = devices_[d]->validate();
+      const std::string problem = (touched_ >> d) & 1 ? devices_[d]->validate() : std::string();
       if (!problem.empty()) violation("validate() on device " + std::to_string(d) + ": " + problem);
       const auto count = devices_[d]->stats().allocated_count.current;
       expect(count == static_cast<std::int64_t>(heap_.count_on(d)),
@@ -422,6 +431,7 @@ class OpFuzzer {
 
   void finish() {
     note("finish: clear faults, complete all work, free everything, empty_cache");
+    touched_ = ~0u;
     fake_.clear_faults();
     fake_.complete_all();
     while (heap_.size() > 0) free_live(DeviceAllocator::FreeOrder::stream);
@@ -449,6 +459,7 @@ class OpFuzzer {
   std::deque<std::string> recent_;
   std::uint64_t next_tag_ = 1;
   std::size_t destroy_faults_ = 0;
+  unsigned touched_ = ~0u;  // devices the current step used (bit per device)
 };
 
 }  // namespace
