@@ -22,7 +22,7 @@ using namespace cudalloc::test;
 namespace {
 
 constexpr int kWorkers = 6;
-constexpr int kOpsPerWorker = 4000;
+constexpr int kOpsPerWorker = 2000;
 constexpr int kDevices = 2;
 
 // Catch2 assertions are not thread-safe: threads report here, the test checks at the end.
