@@ -30,3 +30,15 @@ if [ ! -e /usr/local/cuda/include/cuda.h ] && ! command -v nvcc >/dev/null; then
   echo "error: the CUDA toolkit is missing (expected /usr/local/cuda); install it first" >&2
   exit 1
 fi
+# The fuzz targets (scripts/fuzz.sh) need clang and its libFuzzer runtime. Debian 12 ships the
+# runtime in libclang-rt-14-dev (pulled in by libclang-rt-dev), which clang does not depend on;
+# elsewhere (older Ubuntu) it comes with clang itself.
+if ! command -v clang >/dev/null || [ ! -e "$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a)" ]; then
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  fuzz_packages=(clang)
+  if apt-cache show libclang-rt-dev >/dev/null 2>&1; then fuzz_packages+=(libclang-rt-dev); fi
+  echo "installing: ${fuzz_packages[*]} (fuzzing)"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${fuzz_packages[@]}"
+fi

@@ -40,6 +40,13 @@ Ref make(auto value) {
 class Unpickler {
  public:
   explicit Unpickler(const std::string& data) : data_(data) {}
+  // A hostile pickle can make reference cycles (a list appended to itself through the memo);
+  // emptying every container breaks them, so that the nodes are freed.
+  ~Unpickler() {
+    for (const Ref& node : containers_) node->value = nullptr;
+  }
+  Unpickler(const Unpickler&) = delete;
+  Unpickler& operator=(const Unpickler&) = delete;
 
   bool run(json* out, std::string* error);
 
@@ -49,7 +56,12 @@ class Unpickler {
     return false;
   }
   bool need(std::size_t n) {
-    return at_ + n <= data_.size() ? true : fail("truncated input");
+    // at_ <= size() always; `at_ + n` could wrap around for a length read from the input.
+    return n <= data_.size() - at_ ? true : fail("truncated input");
+  }
+  Ref make_container(auto value) {
+    containers_.push_back(make(std::move(value)));
+    return containers_.back();
   }
   std::uint64_t read_le(std::size_t n) {
     std::uint64_t v = 0;
@@ -98,6 +110,10 @@ class Unpickler {
   std::size_t op_at_ = 0;
   std::vector<Ref> stack_;
   std::vector<Ref> memo_;
+  std::vector<Ref> containers_;  // every list and dict made, to break cycles at the end
+  // Nodes to_json may still emit: sharing through the memo can make a document exponentially
+  // larger than its pickle ("billion laughs"), so the output is bounded by the input's size.
+  std::size_t node_budget_ = 0;
   std::string error_;
 };
 
@@ -142,26 +158,26 @@ bool Unpickler::step_containers(unsigned char op, bool* handled) {
   Ref a, b, c;
   switch (op) {
     case '(': stack_.push_back(make(Mark{})); return true;
-    case '}': stack_.push_back(make(Dict{})); return true;
-    case ']': stack_.push_back(make(List{})); return true;
-    case ')': stack_.push_back(make(List{{}, true})); return true;
-    case 0x8f: stack_.push_back(make(List{})); return true;  // EMPTY_SET, read as a list
+    case '}': stack_.push_back(make_container(Dict{})); return true;
+    case ']': stack_.push_back(make_container(List{})); return true;
+    case ')': stack_.push_back(make_container(List{{}, true})); return true;
+    case 0x8f: stack_.push_back(make_container(List{})); return true;  // EMPTY_SET, read as a list
     case 'd':
       if (!pop_to_mark(&items)) return false;
-      stack_.push_back(make(Dict{}));
+      stack_.push_back(make_container(Dict{}));
       return set_items_on_top(items);
     case 'l': case 't': case 0x91:  // LIST, TUPLE, FROZENSET
       if (!pop_to_mark(&items)) return false;
-      stack_.push_back(make(List{items, op == 't'}));
+      stack_.push_back(make_container(List{items, op == 't'}));
       return true;
-    case 0x85: if (!pop(&a)) return false; stack_.push_back(make(List{{a}, true})); return true;
+    case 0x85: if (!pop(&a)) return false; stack_.push_back(make_container(List{{a}, true})); return true;
     case 0x86:
       if (!pop(&b) || !pop(&a)) return false;
-      stack_.push_back(make(List{{a, b}, true}));
+      stack_.push_back(make_container(List{{a, b}, true}));
       return true;
     case 0x87:
       if (!pop(&c) || !pop(&b) || !pop(&a)) return false;
-      stack_.push_back(make(List{{a, b, c}, true}));
+      stack_.push_back(make_container(List{{a, b, c}, true}));
       return true;
     case 'a': if (!pop(&a)) return false; return append_to_top({a});
     case 'e': case 0x90:  // APPENDS, ADDITEMS
@@ -240,7 +256,9 @@ bool Unpickler::step_memo(unsigned char op, bool* handled) {
     case 'q': case 'r': case 'p':  // BINPUT, LONG_BINPUT, PUT
       if (!read_memo_index(op == 'p', op == 'q', &index)) return false;
       if (stack_.empty()) return fail("PUT on an empty stack");
-      if (index > (std::size_t{1} << 26)) return fail("memo index too large");
+      // Picklers number memo entries from 0, one per PUT: an index past the input's length
+      // is hostile (and would make the memo table that large).
+      if (index > data_.size()) return fail("memo index too large");
       if (memo_.size() <= index) memo_.resize(index + 1);
       memo_[index] = stack_.back();
       return true;
@@ -255,9 +273,13 @@ bool Unpickler::step_memo(unsigned char op, bool* handled) {
 
 bool Unpickler::step(unsigned char op, bool* stop) {
   bool handled = false;
-  if (!step_containers(op, &handled) || handled) return handled;
-  if (!step_scalars(op, &handled) || handled) return handled;
-  if (!step_memo(op, &handled) || handled) return handled;
+  // Each helper returns false on failure (stop) and sets `handled` when the opcode is its own.
+  if (!step_containers(op, &handled)) return false;
+  if (handled) return true;
+  if (!step_scalars(op, &handled)) return false;
+  if (handled) return true;
+  if (!step_memo(op, &handled)) return false;
+  if (handled) return true;
   Ref unused;
   std::vector<Ref> items;
   switch (op) {
@@ -279,6 +301,8 @@ bool Unpickler::step(unsigned char op, bool* stop) {
 
 bool Unpickler::to_json(const Ref& node, json* out, int depth) {
   if (depth > 200) return fail("nesting too deep (a cycle?)");
+  if (node_budget_ == 0) return fail("the document is far larger than the pickle (shared lists?)");
+  --node_budget_;
   struct Visitor {
     Unpickler& self;
     json* out;
@@ -304,7 +328,11 @@ bool Unpickler::to_json(const Ref& node, json* out, int depth) {
       for (const auto& [k, v] : d.items) {
         json key, value;
         if (!self.to_json(k, &key, depth + 1) || !self.to_json(v, &value, depth + 1)) return false;
-        (*out)[key.is_string() ? key.get<std::string>() : key.dump()] = std::move(value);
+        // A key that is not a string (a tuple, a number) is named by its JSON text; bytes that
+        // are not UTF-8 in it are replaced rather than thrown about.
+        (*out)[key.is_string() ? key.get<std::string>()
+                               : key.dump(-1, ' ', false, json::error_handler_t::replace)] =
+            std::move(value);
       }
       return true;
     }
@@ -324,6 +352,7 @@ bool Unpickler::run(json* out, std::string* error) {
     if (!step(op, &stop)) break;
   }
   if (stop) {
+    node_budget_ = 16 * data_.size() + 1024;
     Ref result;
     if (pop(&result) && to_json(result, out, 0)) return true;
   }

@@ -174,8 +174,11 @@ bool record_event(const json& e, int device, std::uint64_t index, TraceFile* out
     auto f = e.find(field);
     if (f == e.end() && std::strcmp(field, "stream") == 0) continue;  // optional
     if (f == e.end() && action == TraceAction::oom && std::strcmp(field, "addr") == 0) continue;
-    if (f == e.end() || !f->is_number_integer()) {
-      *error = std::string("trace event without an integer '") + field + "'" + where;
+    // JSON gives unsigned numbers, pickles signed ones: either, but never below zero (a size
+    // of -1 would read as 2^64 - 1).
+    if (f == e.end() || !f->is_number_integer() ||
+        (!f->is_number_unsigned() && f->get<std::int64_t>() < 0)) {
+      *error = std::string("trace event without a non-negative integer '") + field + "'" + where;
       return false;
     }
     *target = f->get<std::uint64_t>();
@@ -294,9 +297,21 @@ bool read_snapshot(const std::string& path, json* out, std::string* error) {
   std::string data;
   if (!read_all(*f.stream, &data, *f.buffer, error)) return false;
   if (kind == 0x80) return pickle_to_json(data, out, error);
-  *out = json::parse(data, nullptr, false);
+  // Consumers of the document (inspect, convert's pickle writer, dump) recurse through it:
+  // nesting is bounded as in the pickle reader. Snapshots nest about 6 levels deep.
+  constexpr int kMaxDepth = 200;
+  bool too_deep = false;
+  *out = json::parse(data, [&](int depth, json::parse_event_t, json&) {
+    too_deep = too_deep || depth > kMaxDepth;
+    return true;
+  }, false);
   if (out->is_discarded()) {
     *error = path + " is neither JSON nor a pickle, or it is truncated";
+    return false;
+  }
+  if (too_deep) {
+    *out = json();
+    *error = path + ": nested deeper than " + std::to_string(kMaxDepth) + " levels";
     return false;
   }
   if (out->is_array()) *out = json{{"segments", std::move(*out)}};

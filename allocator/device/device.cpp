@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <string>
 
@@ -42,6 +43,8 @@ bool parse_fake_spec(const char* spec, FakeDevice::Options* options) {
   const auto colon = rest.find(':');
   std::size_t capacity = 0;
   if (!parse_bytes(rest.substr(0, colon), &capacity) || capacity == 0) return false;
+  // Rounding up to the page size below must not wrap around to a tiny capacity.
+  if (capacity > std::numeric_limits<std::size_t>::max() - options->granularity) return false;
   int devices = 1;
   if (colon != std::string::npos) {
     char* end = nullptr;

@@ -83,3 +83,35 @@ TEST_CASE("malformed pickles are errors with a byte offset", "[pickle][errors]")
   CHECK_FALSE(pickle_to_json(std::string("\x80\x02\x8b\xff\xff\xff\x7f", 7), &doc, &error));
   CHECK_FALSE(pickle_to_json("\x80\x02h\x05.", &doc, &error));  // unknown memo entry
 }
+
+// Inputs found by fuzzing (tests/fuzz/regressions/fuzz_pickle/): each used to hang, leak or be
+// accepted as something it is not.
+TEST_CASE("hostile pickles are refused quickly and cleanly", "[pickle][errors][fuzz]") {
+  json doc;
+  std::string error;
+  // BINUNICODE8 whose 8-byte length makes the read position wrap around: used to loop forever.
+  std::string wraps("\x80\x02\x8d", 3);
+  for (int i = 0; i < 8; ++i) wraps.push_back(i == 0 ? '\xf7' : '\xff');
+  CHECK_FALSE(pickle_to_json(wraps, &doc, &error));
+  CHECK(error.find("truncated") != std::string::npos);
+  // An APPEND that fails used to be skipped, and the rest of the pickle read on.
+  CHECK_FALSE(pickle_to_json("\x80\x02]N}a.", &doc, &error));
+  CHECK(error.find("APPEND") != std::string::npos);
+  // 40 levels of lists holding the previous level twice (through the memo): 2^40 nodes.
+  std::string laughs("\x80\x02]q\x00", 5);
+  for (int i = 0; i < 40; ++i) laughs += std::string("(h\x00h\x00lq\x00", 8);
+  laughs += '.';
+  CHECK_FALSE(pickle_to_json(laughs, &doc, &error));
+  CHECK(error.find("far larger") != std::string::npos);
+  // LONG_BINPUT at index 57 million: used to grow the memo table to ~1 GB.
+  CHECK_FALSE(pickle_to_json(std::string("\x80\x02}q\x00(tra(q\x03", 12), &doc, &error));
+  CHECK(error.find("memo index too large") != std::string::npos);
+  // A dict key that is a tuple holding bytes that are not UTF-8: naming the key used to throw
+  // json's type_error out of pickle_to_json (cudalloc inspect aborted).
+  REQUIRE(pickle_to_json(std::string("\x80\x02}X\x01\x00\x00\x00\xff\x85N\x85s.", 15), &doc,
+                         &error));
+  CHECK(doc.size() == 1);
+  // A list appended to itself: refused (the leak it used to cause shows under ASan).
+  CHECK_FALSE(pickle_to_json(std::string("\x80\x02]q\x00h\x00" "a.", 9), &doc, &error));
+  CHECK(error.find("nesting too deep") != std::string::npos);
+}

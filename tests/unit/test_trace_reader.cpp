@@ -118,3 +118,28 @@ TEST_CASE("truncated and malformed traces fail with where and why", "[reader][er
   CHECK_FALSE(read_trace("/nonexistent/trace.json", &t, &error));
   CHECK(error.find("cannot open") != std::string::npos);
 }
+
+// Found with scripts/bad_inputs.sh (docs/reliability.md).
+TEST_CASE("negative sizes and documents nested too deep are refused", "[trace][errors]") {
+  TraceFile t;
+  std::string error;
+  const auto negative = temp_file(
+      "negative.json", R"({"device_traces": [[{"action": "alloc", "addr": 1, "size": -1}]]})");
+  CHECK_FALSE(read_trace(negative, &t, &error));
+  CHECK(error.find("non-negative integer 'size'") != std::string::npos);
+  // A pickled trace holds signed integers: non-negative ones are fine.
+  const auto pickled = temp_file(
+      "signed.pickle",
+      json_to_pickle(nlohmann::json::parse(R"({"device_traces": [[{"action": "alloc", "addr": 1,
+                                     "size": 8, "stream": 0}]]})")));
+  TraceFile p;
+  REQUIRE(read_trace(pickled, &p, &error));
+  CHECK(p.events.size() == 1);
+  const auto deep = temp_file("deep.json", std::string(300, '[') + std::string(300, ']'));
+  nlohmann::json doc;
+  CHECK_FALSE(read_snapshot(deep, &doc, &error));
+  CHECK(error.find("nested deeper than 200") != std::string::npos);
+  std::remove(negative.c_str());
+  std::remove(pickled.c_str());
+  std::remove(deep.c_str());
+}

@@ -1,6 +1,7 @@
 // `cudalloc`: the command-line tool. `cudalloc help` lists the subcommands.
 #include <cstdio>
 #include <cstring>
+#include <exception>
 
 #include "api/cudalloc.h"
 #include "cli/commands.h"
@@ -51,7 +52,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const Command& c : kCommands) {
-    if (!std::strcmp(argv[1], c.name)) return c.run(cudalloc::cli::Args(argv + 2, argv + argc));
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    // A document of an unexpected shape (a list where an object belongs) makes nlohmann::json
+    // throw from deep inside a command: that is bad input, reported as such, not an abort.
+    try {
+      return c.run(cudalloc::cli::Args(argv + 2, argv + argc));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cudalloc %s: cannot use this input: %s\n", c.name, e.what());
+      return 2;
+    }
   }
   std::fprintf(stderr, "cudalloc: unknown command '%s'\n", argv[1]);
   return usage(stderr);
