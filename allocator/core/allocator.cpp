@@ -12,7 +12,7 @@ Allocator::~Allocator() {
 int Allocator::device_count() { return device_.device_count(); }
 
 DeviceAllocator* Allocator::create_device(int dev, Error* err) {
-  if (dev < 0) {
+  if (dev == -1) {  // the current device; any other negative number is invalid below
     if (device_.current_device(&dev) != device::Status::ok) dev = 0;
     if (dev >= 0 && dev < kMaxDevices) {
       if (DeviceAllocator* d = devices_[dev].load(std::memory_order_acquire)) return d;

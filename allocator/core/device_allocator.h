@@ -151,6 +151,7 @@ class DeviceAllocator {
   Error acquire_physical(bool conflict, PhysicalPage** out);
   Error create_physical_page(PhysicalPage** out);
   Error map_physical(Page& page, PhysicalPage& phys);
+  Error grant_access(Page& page);
   Error unmap_page(Page& page);
   bool wait_until_settled(StreamPool& pool, std::uint64_t epoch);
   void idle_push(PhysicalPage& phys);
@@ -169,7 +170,8 @@ class DeviceAllocator {
   // synchronization (OOM path, empty_cache).
   void fence_device_ordered_frees();
   // Makes every stream of `waiters` wait for the work queued so far on the legacy default
-  // stream and every registered stream; false (after a device synchronization) on failure.
+  // stream and every registered stream (or, when events fail, after a device
+  // synchronization); false when neither worked and nothing is ordered.
   bool order_streams_after_now(const std::vector<StreamHandle>& waiters);
   void complete_device_ordered_frees();
   void defer_until_device_idle(const LiveEntry& entry);

@@ -103,6 +103,9 @@ void DeviceAllocator::drop_page_user(Page& page) {
 Error DeviceAllocator::claim_page(Page& page) {
   PhysicalPage* phys = page.phys;
   if (phys != nullptr && phys->owner == nullptr) {
+    if (!page.accessible) {  // a mapping whose access grant failed earlier
+      if (const Error err = grant_access(page); err != Error::ok) return err;
+    }
     idle_remove(*phys);
   } else {
     // Unmapped, or mapped to a physical page that now serves another page.
@@ -192,23 +195,36 @@ bool DeviceAllocator::release_physical_page(PhysicalPage* phys) {
 
 Error DeviceAllocator::map_physical(Page& page, PhysicalPage& phys) {
   const std::uintptr_t va = page_address(page);
-  auto status = device_.map(va, page_size_, phys.handle, 0);
-  if (status == device::Status::ok) {
-    status = device_.set_access(ordinal_, va, page_size_);
-    if (status != device::Status::ok) device_.unmap(va, page_size_);
-  }
+  const auto status = device_.map(va, page_size_, phys.handle, 0);
   if (status != device::Status::ok) {
     if (status == device::Status::out_of_memory) return Error::out_of_memory;
     return fail(Error::device_error, "device %d: mapping a page at %#zx failed: %s %s", ordinal_,
                 static_cast<std::size_t>(va), device::status_name(status), device_.last_failure());
   }
   page.phys = &phys;
+  page.accessible = false;
   phys.mappings.push_back(&page);
   stats_.mapped_bytes.increase(static_cast<std::int64_t>(page_size_));
   stats_.page_maps.count();
   if (trace_.enabled()) {
     trace_.record(TraceAction::segment_map, va, page_size_, page.segment->pool->stream);
   }
+  const Error err = grant_access(page);
+  // Without access the mapping is useless: undo it (if that fails too, it stays recorded,
+  // without access, for a later claim to grant or empty_cache to remove).
+  if (err != Error::ok) unmap_page(page);
+  return err;
+}
+
+Error DeviceAllocator::grant_access(Page& page) {
+  const std::uintptr_t va = page_address(page);
+  const auto status = device_.set_access(ordinal_, va, page_size_);
+  if (status != device::Status::ok) {
+    return fail(Error::device_error, "device %d: granting access to a page at %#zx failed: %s %s",
+                ordinal_, static_cast<std::size_t>(va), device::status_name(status),
+                device_.last_failure());
+  }
+  page.accessible = true;
   return Error::ok;
 }
 
@@ -225,6 +241,7 @@ Error DeviceAllocator::unmap_page(Page& page) {
   }
   std::erase(page.phys->mappings, &page);
   page.phys = nullptr;
+  page.accessible = false;
   stats_.mapped_bytes.decrease(static_cast<std::int64_t>(page_size_));
   stats_.page_unmaps.count();
   if (trace_.enabled()) trace_.record(TraceAction::segment_unmap, va, page_size_, pool.stream);

@@ -43,9 +43,12 @@ Error DeviceAllocator::defer_free(const LiveEntry& entry, StreamHandle alloc_str
     // Without events the only safe order is a full device synchronization.
     log().debug("device {}: event for a pending free failed; synchronizing", ordinal_);
     for (EventHandle e : pending.events) give_event(e);
-    device_.synchronize(ordinal_);
-    complete_free(pending.owner, pending.addr, pending.requested);
-    return Error::ok;
+    pending.events.clear();
+    if (device_.synchronize(ordinal_) == device::Status::ok) {
+      complete_free(pending.owner, pending.addr, pending.requested);
+      return Error::ok;
+    }
+    pending.needs_device_sync = true;
   }
   if (!(pending.owner & kSlabTag)) {
     reinterpret_cast<Block*>(pending.owner)->state = Block::State::pending;
@@ -60,15 +63,21 @@ void DeviceAllocator::process_pending(bool wait) {
     PendingFree& p = pending_[i];
     bool done = true;
     for (EventHandle e : p.events) {
+      if (p.needs_device_sync) break;
       const auto status = wait ? device_.event_synchronize(e) : device_.event_query(e);
       if (status == device::Status::not_ready) {
         done = false;
         break;
       }
       if (status != device::Status::ok) {
-        device_.synchronize(ordinal_);  // an event in error: fall back to the device
+        p.needs_device_sync = true;  // an event in error: fall back to the device
         break;
       }
+    }
+    if (p.needs_device_sync) {
+      // Only a synchronization that succeeds proves the work done; until then the memory
+      // stays out of use. Without `wait`, one attempt per allocation is enough.
+      done = device_.synchronize(ordinal_) == device::Status::ok;
     }
     if (!done) {
       ++i;
@@ -132,7 +141,7 @@ bool DeviceAllocator::order_streams_after_now(const std::vector<StreamHandle>& w
   for (EventHandle e : events) give_event(e);
   if (!ordered) {
     log().debug("device {}: ordering streams failed; synchronizing", ordinal_);
-    device_.synchronize(ordinal_);
+    ordered = device_.synchronize(ordinal_) == device::Status::ok;
   }
   return ordered;
 }
@@ -143,7 +152,7 @@ void DeviceAllocator::fence_device_ordered_frees() {
   if (!fence_streams_.empty()) {
     std::vector<StreamHandle> waiters = fence_streams_;
     waiters.push_back(0);
-    order_streams_after_now(waiters);
+    if (!order_streams_after_now(waiters)) return;  // nothing is ordered: keep waiting
   }
   for (PendingFree& p : unfenced_) complete_free(p.owner, p.addr, p.requested);
   unfenced_.clear();
@@ -151,7 +160,8 @@ void DeviceAllocator::fence_device_ordered_frees() {
 
 void DeviceAllocator::complete_device_ordered_frees() {
   if (unfenced_.empty()) return;
-  device_.synchronize(ordinal_);  // everything queued so far finishes
+  // Everything queued so far finishes; if the device cannot say so, nothing completes.
+  if (device_.synchronize(ordinal_) != device::Status::ok) return;
   for (PendingFree& p : unfenced_) complete_free(p.owner, p.addr, p.requested);
   unfenced_.clear();
 }

@@ -53,6 +53,7 @@ struct Page {
   Segment* segment = nullptr;
   PhysicalPage* phys = nullptr;  // the physical page mapped here, or nullptr
   std::uint32_t users = 0;
+  bool accessible = false;       // set_access succeeded for the current mapping
   std::uint64_t idle_since = 0;  // the page epoch at which its users last dropped to 0
 };
 
@@ -106,6 +107,9 @@ struct PendingFree {
   std::uintptr_t addr = 0;
   std::size_t requested = 0;
   std::vector<EventHandle> events;
+  // The events could not be recorded or queried and the fallback device synchronization
+  // failed too: the free completes only after a later synchronization succeeds.
+  bool needs_device_sync = false;
 };
 
 }  // namespace cudalloc

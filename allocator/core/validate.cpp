@@ -100,6 +100,7 @@ void check_pages(Checker& c, const Segment* seg, std::size_t page_size, Totals& 
              users[i]);
     c.expect(p.users == 0 || (p.phys != nullptr && p.phys->owner == &p), "page at ", va,
              " is used but does not own a mapped physical page");
+    c.expect(p.users == 0 || p.accessible, "page at ", va, " is used without access");
     if (p.phys == nullptr) continue;
     ++t.mapped_pages;
     const auto& m = p.phys->mappings;

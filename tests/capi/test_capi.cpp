@@ -71,6 +71,8 @@ TEST_CASE("errors come back as CUDA error codes with a message", "[capi][errors]
   CHECK(cudalloc_allocate(&p, size_t(-1), 0, stream(0)) == CUDALLOC_ERROR_MEMORY_ALLOCATION);
   CHECK(p == nullptr);
   CHECK(cudalloc_allocate(nullptr, 16, 0, stream(0)) == CUDALLOC_ERROR_INVALID_VALUE);
+  CHECK(cudalloc_allocate(&p, 16, -5, stream(0)) == CUDALLOC_ERROR_INVALID_VALUE);  // only -1
+  CHECK(p == nullptr);
   CHECK(cudalloc_set_memory_fraction(2.0, 0) == CUDALLOC_ERROR_INVALID_VALUE);
   CHECK(cudalloc_get_stats(0, nullptr) == CUDALLOC_ERROR_INVALID_VALUE);
   CHECK(std::string(cudalloc_error_name(CUDALLOC_ERROR_MEMORY_ALLOCATION)) ==
