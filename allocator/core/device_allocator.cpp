@@ -52,6 +52,7 @@ void DeviceAllocator::drop_everything() {
     delete phys;
   }
   physical_pages_.clear();
+  chronic_pages_ = 0;
   idle_head_ = idle_tail_ = nullptr;
   idle_pages_ = 0;
   pools_.clear();

@@ -148,7 +148,11 @@ class DeviceAllocator {
   void unuse_pages(Segment* seg, std::uintptr_t addr, std::size_t size);
   void drop_page_user(Page& page);
   Error claim_page(Page& page);
-  Error acquire_physical(bool conflict, PhysicalPage** out);
+  // conflict: the page's physical page serves another page; chronic: that happened to the
+  // page kChronicConflicts times or more.
+  static constexpr int kChronicConflicts = 2;
+  static constexpr double kChronicShare = 0.25;  // of page_slack
+  Error acquire_physical(bool conflict, bool chronic, PhysicalPage** out);
   Error create_physical_page(PhysicalPage** out);
   Error map_physical(Page& page, PhysicalPage& phys);
   Error grant_access(Page& page);
@@ -226,6 +230,7 @@ class DeviceAllocator {
   PhysicalPage* idle_tail_ = nullptr;
   std::size_t idle_pages_ = 0;
   std::uint64_t page_epoch_ = 0;
+  std::size_t chronic_pages_ = 0;  // physical pages created for chronic conflicts
   Stats stats_;
   TraceRing trace_;
 };

@@ -12,7 +12,9 @@
 //   - else (the page is unmapped, or its physical page serves another page, which unmaps it
 //     first) an idle physical page or new memory, mapped there in addition to wherever it is
 //     mapped already. Idle pages are preferred once they exceed page_slack of reserved memory
-//     (or the cap or the device leaves no room); see acquire_physical for which one.
+//     (or the cap or the device leaves no room); see acquire_physical for which one. A page
+//     that has lost its physical page to another page kChronicConflicts times gets new
+//     memory (within a quarter of page_slack in all): such pages remap every step otherwise.
 // So a physical page is shared by addresses whose uses do not overlap in time, and memory
 // tracks the peak of pages in use while the steady state needs no mapping calls.
 //
@@ -112,8 +114,10 @@ Error DeviceAllocator::claim_page(Page& page) {
     const bool conflict = phys != nullptr;
     if (conflict) {
       if (const Error err = unmap_page(page); err != Error::ok) return err;
+      if (page.conflicts < 255) ++page.conflicts;
     }
-    if (const Error err = acquire_physical(conflict, &phys); err != Error::ok) return err;
+    const bool chronic = conflict && page.conflicts >= kChronicConflicts;
+    if (const Error err = acquire_physical(conflict, chronic, &phys); err != Error::ok) return err;
     if (const Error err = map_physical(page, *phys); err != Error::ok) {
       idle_push(*phys);
       return err;
@@ -128,11 +132,16 @@ Error DeviceAllocator::claim_page(Page& page) {
   return Error::ok;
 }
 
-Error DeviceAllocator::acquire_physical(bool conflict, PhysicalPage** out) {
+Error DeviceAllocator::acquire_physical(bool conflict, bool chronic, PhysicalPage** out) {
   const double slack = settings_.page_slack * static_cast<double>(stats_.reserved_bytes.current);
   // While device-ordered frees wait for a fence, new memory is not taken (allocate_locked).
-  const bool prefer_idle =
+  bool prefer_idle =
       !may_grow_ || static_cast<double>(idle_pages_ * page_size_) > slack;
+  // A page that keeps losing its physical page is part of a cycle in which more pages are in
+  // use than there is memory for: new memory ends the cycle, within a quarter of the slack.
+  const bool grow_chronic =
+      chronic && static_cast<double>(chronic_pages_ * page_size_) <= kChronicShare * slack;
+  if (grow_chronic) prefer_idle = !may_grow_;
   // Which idle page: a page mapped nowhere yet takes the one idle longest, whose old
   // addresses a repeating workload is least likely to want back soon after a short pause; a
   // page whose physical page was taken (a conflict, typical of a repeating workload's cycle)
@@ -145,6 +154,7 @@ Error DeviceAllocator::acquire_physical(bool conflict, PhysicalPage** out) {
   if (idle_head_ != nullptr && prefer_idle) return take_idle();
   if (!may_grow_) return Error::out_of_memory;
   const Error err = create_physical_page(out);
+  if (err == Error::ok && grow_chronic) ++chronic_pages_;
   if (err == Error::out_of_memory && idle_head_ != nullptr) return take_idle();
   return err;
 }
@@ -318,6 +328,7 @@ std::size_t DeviceAllocator::release_cached_pages() {
     if (phys->mappings.empty() && release_physical_page(phys)) released += page_size_;
     phys = next;
   }
+  chronic_pages_ = 0;  // the memory they were counted against is gone or idle
   return released;
 }
 

@@ -54,6 +54,7 @@ struct Page {
   PhysicalPage* phys = nullptr;  // the physical page mapped here, or nullptr
   std::uint32_t users = 0;
   bool accessible = false;       // set_access succeeded for the current mapping
+  std::uint8_t conflicts = 0;    // times its physical page went to another page (max 255)
   std::uint64_t idle_since = 0;  // the page epoch at which its users last dropped to 0
 };
 
