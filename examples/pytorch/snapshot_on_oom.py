@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Run out of memory on purpose under a cap, get a snapshot of the moment, and view it.
+
+    PYTHONPATH=tools/python python3 examples/pytorch/snapshot_on_oom.py [OUT_DIR]
+
+cudalloc writes the snapshot itself when an allocation fails (snapshot_on_oom), so it works
+for a program you do not control too: set CUDALLOC_CONF in its environment. Then
+`cudalloc view` turns the snapshot into one HTML page.
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.append(os.path.join(HERE, "..", "..", "tools", "python"))
+
+out_dir = sys.argv[1] if len(sys.argv) > 1 else "."
+snapshot = os.path.join(out_dir, "oom_snapshot.json")
+# A 1 GiB cap, a trace of the last 100,000 events, and the snapshot on out-of-memory. The
+# configuration is read when cudalloc starts, so it is set before enable().
+os.environ["CUDALLOC_CONF"] = f"limit:1G,trace:100000,snapshot_on_oom:{snapshot}"
+
+import cudalloc  # noqa: E402
+
+cudalloc.enable()
+import torch  # noqa: E402
+
+kept = []
+try:
+    for i in range(64):  # 64 MiB more per round, until the cap is reached
+        kept.append(torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
+except RuntimeError as error:  # PyTorch raises cudalloc's failure as a RuntimeError
+    if "out of memory" not in str(error):
+        raise
+    print(f"out of memory after {len(kept)} tensors, as expected:\n  {str(error)[:160]}")
+else:
+    sys.exit("expected an out-of-memory error under the 1 GiB cap")
+
+print(f"snapshot written: {snapshot} ({os.path.getsize(snapshot)} bytes)")
+cli = shutil.which("cudalloc") or os.path.join(HERE, "..", "..", "build", "cudalloc")
+if os.path.exists(cli):
+    page = os.path.join(out_dir, "oom_snapshot.html")
+    subprocess.run([cli, "view", snapshot, "-o", page], check=True)
+    print(f"open {page} in a browser to see the segments and the timeline up to the failure")
+else:
+    print(f"view it with: cudalloc view {snapshot} -o oom_snapshot.html")
