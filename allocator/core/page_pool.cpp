@@ -72,8 +72,7 @@ std::uintptr_t DeviceAllocator::page_address(const Page& page) const {
 }
 
 Error DeviceAllocator::use_pages(Segment* seg, std::uintptr_t addr, std::size_t size) {
-  const std::size_t first = (addr - seg->base) / page_size_;
-  const std::size_t last = (addr + size - 1 - seg->base) / page_size_;
+  const auto [first, last] = seg->pages_under(addr, size, page_size_);
   for (std::size_t i = first; i <= last; ++i) {
     Page& page = seg->pages[i];
     if (page.users == 0) {
@@ -88,8 +87,7 @@ Error DeviceAllocator::use_pages(Segment* seg, std::uintptr_t addr, std::size_t 
 }
 
 void DeviceAllocator::unuse_pages(Segment* seg, std::uintptr_t addr, std::size_t size) {
-  const std::size_t first = (addr - seg->base) / page_size_;
-  const std::size_t last = (addr + size - 1 - seg->base) / page_size_;
+  const auto [first, last] = seg->pages_under(addr, size, page_size_);
   for (std::size_t i = first; i <= last; ++i) drop_page_user(seg->pages[i]);
 }
 

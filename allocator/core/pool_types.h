@@ -78,6 +78,14 @@ struct Segment {
   std::vector<Page> pages;
 
   bool paged() const { return !pages.empty(); }
+  // Indices of the first and last page under [addr, addr + size), size > 0 (paged only).
+  struct PageSpan {
+    std::size_t first;
+    std::size_t last;
+  };
+  PageSpan pages_under(std::uintptr_t addr, std::size_t size, std::size_t page_size) const {
+    return {(addr - base) / page_size, (addr + size - 1 - base) / page_size};
+  }
 
   bool wholly_free() const {
     return first->state == Block::State::free && first->size == size;

@@ -88,8 +88,7 @@ void check_pages(Checker& c, const Segment* seg, std::size_t page_size, Totals& 
   std::vector<std::uint32_t> users(seg->pages.size());
   for (const Block* b = seg->first; b != nullptr; b = b->next) {
     if (b->state == Block::State::free) continue;
-    const std::size_t first = (b->addr - seg->base) / page_size;
-    const std::size_t last = (b->addr + b->size - 1 - seg->base) / page_size;
+    const auto [first, last] = seg->pages_under(b->addr, b->size, page_size);
     for (std::size_t i = first; i <= last; ++i) ++users[i];
   }
   for (std::size_t i = 0; i < seg->pages.size() && c.ok(); ++i) {

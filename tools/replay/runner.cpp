@@ -54,6 +54,7 @@ PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint6
   device::FakeDevice fake(options);
   DeviceAllocator alloc(fake, plan.device, settings);
   PolicyResult r;
+  Stats half;  // the stats when half of the ops have been replayed
   r.policy = "cudalloc";
   r.replay_ns_per_event = timed_replay(
       plan,
@@ -61,11 +62,7 @@ PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint6
         return alloc.allocate(size, stream, p) == Error::ok;
       },
       [&](void* p) { alloc.deallocate(p, order); },
-      [&] {
-        const Stats half = alloc.stats();
-        r.late_page_maps = static_cast<std::uint64_t>(half.page_maps.total);
-        r.late_page_unmaps = static_cast<std::uint64_t>(half.page_unmaps.total);
-      },
+      [&] { half = alloc.stats(); },
       [&] {
         if (final_state != nullptr) *final_state = alloc.state();
       },
@@ -74,8 +71,8 @@ PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint6
   r.page_maps = static_cast<std::uint64_t>(s.page_maps.total);
   r.page_unmaps = static_cast<std::uint64_t>(s.page_unmaps.total);
   r.page_waits = static_cast<std::uint64_t>(s.page_waits.total);
-  r.late_page_maps = r.page_maps - r.late_page_maps;
-  r.late_page_unmaps = r.page_unmaps - r.late_page_unmaps;
+  r.late_page_maps = r.page_maps - static_cast<std::uint64_t>(half.page_maps.total);
+  r.late_page_unmaps = r.page_unmaps - static_cast<std::uint64_t>(half.page_unmaps.total);
   r.peak_reserved_bytes = static_cast<std::uint64_t>(s.reserved_bytes.peak);
   r.final_reserved_bytes = static_cast<std::uint64_t>(s.reserved_bytes.current);
   r.device_allocs = static_cast<std::uint64_t>(s.device_allocs.total);
