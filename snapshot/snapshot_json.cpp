@@ -46,6 +46,7 @@ json segment_json(const DeviceState& d, const SegmentState& s) {
           {"segment_type", s.has_slabs ? "small" : "large"},
           {"segment_pool_id", json::array({0, 0})},
           {"is_expandable", s.paged},
+          {"host_size", s.host_bytes},
           {"frames", json::array()},
           {"blocks", std::move(blocks)}};
 }

@@ -62,6 +62,16 @@ Error on_device(int device, bool all_when_negative, F&& f) {
   return d == nullptr ? err : f(*d);
 }
 
+// Runs f(DeviceAllocator&) on the device that has `ptr` live.
+template <typename F>
+cudalloc_error_t on_owner(const void* ptr, const char* what, F&& f) {
+  return guarded([&]() -> Error {
+    DeviceAllocator* d = process_allocator().owner_of(ptr);
+    if (d == nullptr) return fail(Error::invalid_pointer, "%s of %p: not a live allocation", what, ptr);
+    return f(*d);
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -121,6 +131,30 @@ cudalloc_error_t cudalloc_record_stream(void* ptr, cudaStream_t stream) {
       return fail(Error::invalid_pointer, "record_stream of %p: not a live allocation", ptr);
     }
     return d->record_stream(ptr, handle(stream));
+  });
+}
+
+cudalloc_error_t cudalloc_offload(void* ptr, cudaStream_t stream) {
+  return on_owner(ptr, "offload", [&](DeviceAllocator& d) { return d.offload(ptr, handle(stream)); });
+}
+
+cudalloc_error_t cudalloc_prefetch(void* ptr, cudaStream_t stream) {
+  return on_owner(ptr, "prefetch",
+                  [&](DeviceAllocator& d) { return d.prefetch(ptr, handle(stream)); });
+}
+
+cudalloc_error_t cudalloc_promote(int device) {
+  return guarded([&] {
+    return on_device(device, true, [](DeviceAllocator& d) { return d.promote(); });
+  });
+}
+
+cudalloc_error_t cudalloc_residency(const void* ptr, size_t* device_bytes, size_t* host_bytes) {
+  if (device_bytes == nullptr || host_bytes == nullptr) {
+    return to_code(fail(Error::invalid_value, "residency: an output pointer is NULL"));
+  }
+  return on_owner(ptr, "residency", [&](DeviceAllocator& d) {
+    return d.residency(ptr, device_bytes, host_bytes);
   });
 }
 

@@ -75,6 +75,29 @@ cudalloc_error_t cudalloc_set_memory_fraction(double fraction, int device);
 /* Caps the memory cudalloc reserves on `device` at `bytes` (0: no cap). */
 cudalloc_error_t cudalloc_set_memory_limit(size_t bytes, int device);
 
+/* ---- Host offload (CUDALLOC_CONF offload:host; moving needs vmm) ---------------------- */
+/* Moves the pages under the live allocation `ptr` (the pointer cudalloc handed out) to host
+ * memory (offload) or device memory (prefetch). The address does not change: kernels keep
+ * using `ptr`, reading host memory over the bus while it is there. The copy is ordered after
+ * the work queued so far on `stream` and on the stream the allocation was made on; the call
+ * returns when the move is complete.
+ * The caller guarantees that no work uses the allocation while the call runs (work queued
+ * before the call is fine: the call waits for it). An allocation smaller than a page (2 MiB)
+ * shares its pages with neighbours allocated on the same stream, which move with it under the
+ * same rule. On failure every page is on its old or its new backing with its bytes: the
+ * allocation stays valid. Errors: CUDALLOC_ERROR_INVALID_DEVICE_POINTER (not a live
+ * allocation), CUDALLOC_ERROR_MEMORY_ALLOCATION (no room on the other side: host_limit or
+ * the device budget), CUDALLOC_ERROR_NOT_SUPPORTED (not in paged memory: vmm:0, no VMM, or
+ * spilled to pinned host memory). */
+cudalloc_error_t cudalloc_offload(void* ptr, cudaStream_t stream);
+cudalloc_error_t cudalloc_prefetch(void* ptr, cudaStream_t stream);
+/* Moves every page spilled or offloaded to the host back to `device` (-1: all devices) while
+ * the device budget has room; success also when some stays on the host. Same rule as above
+ * for work using that memory meanwhile. */
+cudalloc_error_t cudalloc_promote(int device);
+/* How many bytes of the live allocation `ptr` lie in device and in host memory. */
+cudalloc_error_t cudalloc_residency(const void* ptr, size_t* device_bytes, size_t* host_bytes);
+
 /* ---- PyTorch CUDAPluggableAllocator entry points (exactly its ABI) -------------------- */
 /* torch.cuda.memory.CUDAPluggableAllocator(path, "cudalloc_malloc", "cudalloc_free").
  * For PyTorch (a C++ caller) only: PyTorch does not check the result for NULL, so on failure

@@ -118,6 +118,16 @@ std::string get_path(const Settings& s) {
   return s.*Field;
 }
 
+bool set_offload(Settings& s, std::string_view text, std::string* why) {
+  const std::string t = lower(text);
+  if (t == "none") return s.offload = Offload::none, true;
+  if (t == "host") return s.offload = Offload::host, true;
+  return *why = "expected none or host", false;
+}
+std::string get_offload(const Settings& s) {
+  return s.offload == Offload::host ? "host" : "none";
+}
+
 constexpr std::size_t kNoMax = std::size_t{1} << 60;
 
 }  // namespace
@@ -151,6 +161,22 @@ std::span<const Option> options() {
        "moves an idle page instead of taking new memory. Higher: fewer page moves, more "
        "memory.",
        set_share<&Settings::page_slack>, get_share<&Settings::page_slack>},
+      {"offload", OptionType::choice,
+       "none or host. host: a request that does not fit the device budget (limit, fraction or "
+       "the device) after the cache is released is served from host memory mapped into device "
+       "address space, so the program runs on, slower, instead of failing. Live allocations "
+       "can be moved between the tiers with cudalloc_offload / cudalloc_prefetch (vmm only).",
+       set_offload, get_offload},
+      {"host_limit", OptionType::bytes,
+       "With offload:host: cap on host memory held by the host tier (0: no cap). Past it, "
+       "requests fail as out of memory.",
+       set_bytes<&Settings::host_limit, 0, kNoMax>, get_size<&Settings::host_limit>},
+      {"promote", OptionType::fraction,
+       "With offload:host and vmm: after a free, when everything in host memory fits in this "
+       "fraction of the device budget, cudalloc moves it back to the device (0: only when "
+       "cudalloc_promote is called). Safe only when no other thread queues work on spilled "
+       "memory meanwhile (see docs/offload.md).",
+       set_share<&Settings::promote>, get_share<&Settings::promote>},
       {"slab_keep", OptionType::count,
        "Empty slabs kept per size class and stream before one is returned to the block pool.",
        set_count<&Settings::slab_keep, 0, 1024>, get_size<&Settings::slab_keep>},
@@ -181,6 +207,7 @@ const char* option_type_name(OptionType type) {
     case OptionType::count: return "count";
     case OptionType::boolean: return "boolean";
     case OptionType::path: return "path";
+    case OptionType::choice: return "choice";
   }
   return "?";
 }

@@ -15,7 +15,7 @@
 
 namespace cudalloc {
 
-enum class OptionType { bytes, fraction, count, boolean, path };
+enum class OptionType { bytes, fraction, count, boolean, path, choice };
 
 struct Option {
   const char* key;

@@ -25,13 +25,14 @@ Error DeviceAllocator::allocate_large(StreamPool& pool, std::size_t size, bool s
                                       Block** out) {
   const std::size_t rounded = round_up(size, kBlockRound);
   Block* block = take_free_block(pool, rounded);
-  if (block == nullptr) block = steal_segment(pool, rounded);
+  if (block == nullptr && spill_ != Spill::host_segments) block = steal_segment(pool, rounded);
   if (block == nullptr && !may_grow_) return Error::out_of_memory;
   if (block == nullptr) {
     const Error err = new_segment(pool, rounded, slab, &block);
     if (err != Error::ok) return err;
   }
   split(pool, block, rounded);
+  if (block->segment->host) stats_.host_active_bytes.increase(static_cast<std::int64_t>(block->size));
   if (block->segment->paged()) {
     const Error err = use_pages(block->segment, block->addr, block->size);
     if (err != Error::ok) {
@@ -45,17 +46,19 @@ Error DeviceAllocator::allocate_large(StreamPool& pool, std::size_t size, bool s
 }
 
 void DeviceAllocator::insert_free(StreamPool& pool, Block* block) {
-  pool.free_blocks.insert(block);
+  (block->segment->host ? pool.host_free_blocks : pool.free_blocks).insert(block);
   stats_.cached_count.count();
 }
 
 void DeviceAllocator::erase_free(StreamPool& pool, Block* block) {
-  pool.free_blocks.erase(block);
+  (block->segment->host ? pool.host_free_blocks : pool.free_blocks).erase(block);
   stats_.cached_count.decrease(1);
 }
 
 Block* DeviceAllocator::take_free_block(StreamPool& pool, std::size_t size) {
-  Block* block = pool.free_blocks.best_fit(size);
+  // Host segments serve only requests spilled to them.
+  FreeBins& bins = spill_ == Spill::host_segments ? pool.host_free_blocks : pool.free_blocks;
+  Block* block = bins.best_fit(size);
   if (block != nullptr) erase_free(pool, block);
   return block;
 }
@@ -76,7 +79,8 @@ Block* DeviceAllocator::steal_segment(StreamPool& pool, std::size_t size) {
     if (other.get() == &pool) continue;
     for (Segment* seg : other->segments) {
       // Paged segments never move: their idle pages do (page_pool.cpp).
-      if (!seg->paged() && seg->size >= size && seg->wholly_free() && (best == nullptr || seg->size < best->size)) {
+      if (!seg->paged() && !seg->host && seg->size >= size && seg->wholly_free() &&
+          (best == nullptr || seg->size < best->size)) {
         best = seg;
       }
     }
@@ -125,6 +129,7 @@ std::size_t DeviceAllocator::segment_size_for(std::size_t size, bool slab) const
 }
 
 Error DeviceAllocator::new_segment(StreamPool& pool, std::size_t size, bool slab, Block** out) {
+  if (spill_ == Spill::host_segments) return new_host_segment(pool, size, out);
   if (paged()) {
     Segment* seg = nullptr;
     const Error err = new_paged_segment(pool, size, &seg);
@@ -183,6 +188,7 @@ void DeviceAllocator::split(StreamPool& pool, Block* block, std::size_t size) {
 
 void DeviceAllocator::free_block(Block* block) {
   if (block->segment->paged()) unuse_pages(block->segment, block->addr, block->size);
+  if (block->segment->host) stats_.host_active_bytes.decrease(static_cast<std::int64_t>(block->size));
   block->state = Block::State::free;
   block->requested = 0;
   merge_free(block);
@@ -211,7 +217,9 @@ void DeviceAllocator::merge_free(Block* block) {
 std::size_t DeviceAllocator::release_free_segments() {
   bool any = false;
   for (auto& [stream, pool] : pools_) {
-    for (Segment* seg : pool->segments) any = any || (!seg->paged() && seg->wholly_free());
+    for (Segment* seg : pool->segments) {
+      any = any || (!seg->paged() && !seg->host && seg->wholly_free());
+    }
   }
   if (!any) return 0;
   // Work queued before the frees may still use the memory: wait for all of it.
@@ -224,7 +232,7 @@ std::size_t DeviceAllocator::release_free_segments() {
     auto& segs = pool->segments;
     for (auto it = segs.begin(); it != segs.end();) {
       Segment* seg = *it;
-      if (seg->paged() || !seg->wholly_free() ||
+      if (seg->paged() || seg->host || !seg->wholly_free() ||
           device_.free(ordinal_, reinterpret_cast<void*>(seg->base)) != device::Status::ok) {
         ++it;
         continue;

@@ -41,6 +41,8 @@ void DeviceAllocator::drop_everything() {
       }
       if (seg->paged()) {
         drop_paged_segment(seg);
+      } else if (seg->host) {
+        device_.host_free(reinterpret_cast<void*>(seg->base));
       } else {
         device_.free(ordinal_, reinterpret_cast<void*>(seg->base));
       }
@@ -53,8 +55,11 @@ void DeviceAllocator::drop_everything() {
   }
   physical_pages_.clear();
   chronic_pages_ = 0;
-  idle_head_ = idle_tail_ = nullptr;
-  idle_pages_ = 0;
+  if (staging_va_ != 0) device_.unreserve(staging_va_, page_size_ * kStagingPages);
+  device_idle_ = IdleList{};
+  host_idle_ = IdleList{};
+  host_pages_ = 0;
+  staging_va_ = 0;
   pools_.clear();
   last_pool_ = nullptr;
   for (EventHandle e : idle_events_) device_.event_destroy(e);
@@ -77,7 +82,8 @@ Error DeviceAllocator::reset() {
   for (Stat* gauge : {&stats_.allocated_bytes, &stats_.allocated_count, &stats_.requested_bytes,
                       &stats_.active_bytes, &stats_.active_count, &stats_.reserved_bytes,
                       &stats_.reserved_count, &stats_.cached_bytes, &stats_.cached_count,
-                      &stats_.slab_bytes, &stats_.slab_count, &stats_.mapped_bytes}) {
+                      &stats_.slab_bytes, &stats_.slab_count, &stats_.mapped_bytes,
+                      &stats_.host_reserved_bytes, &stats_.host_active_bytes}) {
     gauge->current = 0;
   }
   stats_.device_frees.increase(released);
@@ -155,6 +161,9 @@ Error DeviceAllocator::allocate_locked(std::size_t size, StreamHandle stream,
   release_cached_memory();
   err = try_allocate(pool, size, addr, owner);
   if (err == Error::ok) stats_.alloc_retries.count();
+  if (err == Error::out_of_memory && settings_.offload == Offload::host) {
+    err = spill(pool, size, addr, owner);
+  }
   if (err == Error::out_of_memory) return out_of_memory(size, pool.stream);
   return err;
 }
@@ -166,15 +175,23 @@ Error DeviceAllocator::out_of_memory(std::size_t size, StreamHandle stream) {
   std::size_t free_bytes = 0;
   std::size_t total = 0;
   device_.mem_info(ordinal_, &free_bytes, &total);
+  std::string host_tier;
+  if (settings_.offload == Offload::host) {
+    host_tier = "; host tier " +
+                format_bytes(static_cast<std::size_t>(stats_.host_reserved_bytes.current)) +
+                " held, host_limit " +
+                (settings_.host_limit == 0 ? std::string("none")
+                                           : format_bytes(settings_.host_limit));
+  }
   fail(Error::out_of_memory,
        "out of memory: cannot allocate %s on device %d (stream %#zx): %s allocated, %s reserved "
-       "(%s of it cached and free in pieces too small), cap %s, device free %s of %s",
+       "(%s of it cached and free in pieces too small), cap %s, device free %s of %s%s",
        format_bytes(size).c_str(), ordinal_, static_cast<std::size_t>(stream),
        format_bytes(static_cast<std::size_t>(stats_.allocated_bytes.current)).c_str(),
        format_bytes(static_cast<std::size_t>(stats_.reserved_bytes.current)).c_str(),
        format_bytes(static_cast<std::size_t>(stats_.cached_bytes.current)).c_str(),
        cap == 0 ? "none" : format_bytes(cap).c_str(), format_bytes(free_bytes).c_str(),
-       format_bytes(total).c_str());
+       format_bytes(total).c_str(), host_tier.c_str());
   log().warn("{}", last_error_message());
   return Error::out_of_memory;
 }
@@ -220,6 +237,7 @@ Error DeviceAllocator::deallocate(void* ptr, FreeOrder order) {
   } else {
     complete_free(e.owner, addr, e.requested);
   }
+  if (settings_.promote > 0 && stats_.host_active_bytes.current > 0) maybe_promote();
   if (settings_.validate) check_after_operation("free");
   return err;
 }
@@ -340,7 +358,7 @@ void DeviceAllocator::reset_peak_stats() {
 
 bool DeviceAllocator::owns(const void* ptr) const {
   std::lock_guard lock(lock_);
-  return const_cast<LiveMap&>(live_).find(reinterpret_cast<std::uintptr_t>(ptr)) != nullptr;
+  return live_.find(reinterpret_cast<std::uintptr_t>(ptr)) != nullptr;
 }
 
 void DeviceAllocator::release_cached_memory() {
@@ -348,6 +366,7 @@ void DeviceAllocator::release_cached_memory() {
   complete_device_ordered_frees();
   release_empty_slabs();
   release_free_segments();
+  release_host_segments();
 }
 
 void DeviceAllocator::check_after_operation(const char* operation) {

@@ -40,6 +40,8 @@ class DeviceAllocator {
   // The largest request accepted; anything above fails with invalid_value up front.
   static constexpr std::size_t kMaxRequest = std::size_t{1} << 50;
   static constexpr std::size_t kBlockRound = 512;
+  // Pages a migration copies per host wait: the size of its staging range.
+  static constexpr std::size_t kStagingPages = 32;
 
   DeviceAllocator(device::Device& device, int ordinal, const Settings& settings);
   ~DeviceAllocator();
@@ -83,6 +85,21 @@ class DeviceAllocator {
   Error set_memory_limit(std::size_t bytes);
   // The effective cap on reserved bytes (limit and fraction combined; 0 = none).
   std::size_t reserve_cap() const;
+
+  // The host tier (migration.cpp). Moves the pages under the live allocation `ptr` to host
+  // memory (offload) or device memory (prefetch), keeping its address. The copy is queued on
+  // `stream` after the work already queued there and on the allocation's stream; the call
+  // returns once the allocation is on its new backing. The caller guarantees that no work
+  // uses the allocation (or, for a small one, its neighbours on the same pages) meanwhile.
+  // On any failure every page is on its old or its new backing, with its bytes: the
+  // allocation stays valid. Needs paged mode (not_supported otherwise).
+  Error offload(void* ptr, StreamHandle stream);
+  Error prefetch(void* ptr, StreamHandle stream);
+  // Moves every host page in use back to device memory while the budget has room; ok also
+  // when some stay on the host (the stats say how much).
+  Error promote();
+  // How many bytes of the allocation `ptr` lie in device and in host memory.
+  Error residency(const void* ptr, std::size_t* device_bytes, std::size_t* host_bytes) const;
 
   Stats stats() const;
   void reset_peak_stats();
@@ -148,18 +165,32 @@ class DeviceAllocator {
   void unuse_pages(Segment* seg, std::uintptr_t addr, std::size_t size);
   void drop_page_user(Page& page);
   Error claim_page(Page& page);
+  // Gives `page`, mapped to an idle host page, device memory instead (not while spilling).
+  Error replace_host_page(Page& page, PhysicalPage** out);
   // conflict: the page's physical page serves another page; chronic: that happened to the
   // page kChronicConflicts times or more.
   static constexpr int kChronicConflicts = 2;
   static constexpr double kChronicShare = 0.25;  // of page_slack
   Error acquire_physical(bool conflict, bool chronic, PhysicalPage** out);
-  Error create_physical_page(PhysicalPage** out);
   Error map_physical(Page& page, PhysicalPage& phys);
   Error grant_access(Page& page);
   Error unmap_page(Page& page);
   bool wait_until_settled(StreamPool& pool, std::uint64_t epoch);
+  // Idle physical pages of one location, in the order they became idle.
+  struct IdleList {
+    PhysicalPage* head = nullptr;
+    PhysicalPage* tail = nullptr;
+    std::size_t count = 0;
+  };
+  IdleList& idle_of(const PhysicalPage& phys) { return phys.host ? host_idle_ : device_idle_; }
   void idle_push(PhysicalPage& phys);
   void idle_remove(PhysicalPage& phys);
+  // Ownership changes go through these: they keep host_active_bytes.
+  void set_owner(PhysicalPage& phys, Page* page);
+  void clear_owner(PhysicalPage& phys);
+  // A host page for the host tier: an idle one, else new within host_limit.
+  Error acquire_host_page(PhysicalPage** out);
+  Error create_page(device::Location where, PhysicalPage** out);
   std::uintptr_t page_address(const Page& page) const;
   // Unmaps every page without users and returns every idle physical page to the driver.
   std::size_t release_cached_pages();
@@ -167,6 +198,26 @@ class DeviceAllocator {
   bool release_physical_page(PhysicalPage* phys);
   // Unmaps every page of the segment and returns its address range (drop_everything).
   void drop_paged_segment(Segment* seg);
+
+  // migration.cpp
+  Error move_allocation(void* ptr, StreamHandle stream, bool to_host);
+  // Moves the pages of `pages` (all with users, of one segment) whose location differs.
+  Error move_pages(std::vector<Page*> pages, bool to_host, StreamHandle stream);
+  Error move_batch(const std::vector<Page*>& pages, bool to_host, StreamHandle stream);
+  Error stage_batch(const std::vector<PhysicalPage*>& fresh, std::size_t* staged);
+  void unstage(std::size_t staged);
+  Error swap_backing(Page& page, PhysicalPage& fresh);
+  Error wait_for_stream(StreamHandle stream);
+  void maybe_promote();
+  Error promote_locked();
+  // The allocation `ptr`'s pages; nullptr segment when it is not in a paged segment.
+  Error pages_of(const void* ptr, Segment** seg, std::uintptr_t* addr, std::size_t* size) const;
+
+  // host_segments.cpp: the host tier without host-located pages.
+  Error new_host_segment(StreamPool& pool, std::size_t size, Block** out);
+  std::size_t release_host_segments();
+  // Serves a request that found no device room from the host tier.
+  Error spill(StreamPool& pool, std::size_t size, std::uintptr_t* addr, std::uintptr_t* owner);
 
   // pending.cpp
   void process_pending(bool wait);
@@ -226,9 +277,17 @@ class DeviceAllocator {
   // Paged mode: every physical page, and the idle ones (without owner) in the order they
   // became idle; page_epoch_ counts the times a page lost its last user.
   std::vector<PhysicalPage*> physical_pages_;
-  PhysicalPage* idle_head_ = nullptr;
-  PhysicalPage* idle_tail_ = nullptr;
-  std::size_t idle_pages_ = 0;
+  IdleList device_idle_;
+  IdleList host_idle_;
+  std::size_t host_pages_ = 0;  // host-located physical pages among physical_pages_
+  // The host tier while a request is spilled: off, host-located pages, or host segments
+  // (pinned memory, where the device cannot create host-located pages or without paging).
+  enum class Spill { off, host_pages, host_segments };
+  Spill spill_ = Spill::off;
+  bool host_pages_supported_ = true;
+  bool promoting_ = false;
+  // Staging addresses for migration: pages are copied into their new backing mapped here.
+  std::uintptr_t staging_va_ = 0;
   std::uint64_t page_epoch_ = 0;
   std::size_t chronic_pages_ = 0;  // physical pages created for chronic conflicts
   Stats stats_;

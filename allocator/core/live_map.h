@@ -32,6 +32,9 @@ class LiveMap {
 
   // The entry for key, or nullptr.
   LiveEntry* find(std::uintptr_t key) {
+    return const_cast<LiveEntry*>(static_cast<const LiveMap*>(this)->find(key));
+  }
+  const LiveEntry* find(std::uintptr_t key) const {
     for (std::size_t i = slot_of(key);; i = next(i)) {
       if (table_[i].key == key) return &table_[i];
       if (table_[i].key == 0) return nullptr;

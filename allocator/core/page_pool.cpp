@@ -95,14 +95,26 @@ void DeviceAllocator::drop_page_user(Page& page) {
   if (--page.users != 0) return;
   page.idle_since = ++page_epoch_;
   PhysicalPage& phys = *page.phys;
-  phys.owner = nullptr;
+  clear_owner(phys);
   phys.last_pool = page.segment->pool;
   idle_push(phys);
 }
 
+void DeviceAllocator::set_owner(PhysicalPage& phys, Page* page) {
+  phys.owner = page;
+  if (phys.host) stats_.host_active_bytes.increase(static_cast<std::int64_t>(page_size_));
+}
+
+void DeviceAllocator::clear_owner(PhysicalPage& phys) {
+  phys.owner = nullptr;
+  if (phys.host) stats_.host_active_bytes.decrease(static_cast<std::int64_t>(page_size_));
+}
+
 Error DeviceAllocator::claim_page(Page& page) {
   PhysicalPage* phys = page.phys;
-  if (phys != nullptr && phys->owner == nullptr) {
+  if (phys != nullptr && phys->owner == nullptr && phys->host && spill_ == Spill::off) {
+    if (const Error err = replace_host_page(page, &phys); err != Error::ok) return err;
+  } else if (phys != nullptr && phys->owner == nullptr) {
     if (!page.accessible) {  // a mapping whose access grant failed earlier
       if (const Error err = grant_access(page); err != Error::ok) return err;
     }
@@ -125,8 +137,24 @@ Error DeviceAllocator::claim_page(Page& page) {
   if (phys->last_pool != nullptr && phys->last_pool != pool) {
     order_after_stream(phys->last_pool->stream, pool->stream);
   }
-  phys->owner = &page;
+  set_owner(*phys, &page);
   phys->last_pool = pool;
+  return Error::ok;
+}
+
+Error DeviceAllocator::replace_host_page(Page& page, PhysicalPage** out) {
+  // Device memory first: when there is none, the host page stays mapped here for the spill
+  // that follows, which then reuses it without a driver call (a workload that spills the
+  // same addresses every step maps nothing in the steady state).
+  PhysicalPage* phys = nullptr;
+  if (const Error err = acquire_physical(false, false, &phys); err != Error::ok) return err;
+  Error err = unmap_page(page);  // the host page stays idle, for the next spill
+  if (err == Error::ok) err = map_physical(page, *phys);
+  if (err != Error::ok) {
+    idle_push(*phys);
+    return err;
+  }
+  *out = phys;
   return Error::ok;
 }
 
@@ -134,7 +162,7 @@ Error DeviceAllocator::acquire_physical(bool conflict, bool chronic, PhysicalPag
   const double slack = settings_.page_slack * static_cast<double>(stats_.reserved_bytes.current);
   // While device-ordered frees wait for a fence, new memory is not taken (allocate_locked).
   bool prefer_idle =
-      !may_grow_ || static_cast<double>(idle_pages_ * page_size_) > slack;
+      !may_grow_ || static_cast<double>(device_idle_.count * page_size_) > slack;
   // A page that keeps losing its physical page is part of a cycle in which more pages are in
   // use than there is memory for: new memory ends the cycle, within a quarter of the slack.
   const bool grow_chronic =
@@ -145,38 +173,71 @@ Error DeviceAllocator::acquire_physical(bool conflict, bool chronic, PhysicalPag
   // page whose physical page was taken (a conflict, typical of a repeating workload's cycle)
   // takes the one idle shortest, whose old address comes round last in the cycle.
   auto take_idle = [&] {
-    *out = conflict ? idle_tail_ : idle_head_;
+    *out = conflict ? device_idle_.tail : device_idle_.head;
     idle_remove(**out);
     return Error::ok;
   };
-  if (idle_head_ != nullptr && prefer_idle) return take_idle();
-  if (!may_grow_) return Error::out_of_memory;
-  const Error err = create_physical_page(out);
+  if (device_idle_.head != nullptr && prefer_idle) return take_idle();
+  Error err = may_grow_ ? create_page(device::Location::device, out) : Error::out_of_memory;
   if (err == Error::ok && grow_chronic) ++chronic_pages_;
-  if (err == Error::out_of_memory && idle_head_ != nullptr) return take_idle();
+  if (err == Error::out_of_memory && device_idle_.head != nullptr) return take_idle();
+  // No device room while spilling: the host tier.
+  if (err == Error::out_of_memory && spill_ == Spill::host_pages) err = acquire_host_page(out);
   return err;
 }
 
-Error DeviceAllocator::create_physical_page(PhysicalPage** out) {
-  const std::size_t cap = reserve_cap();
-  const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.current);
-  if (cap != 0 && reserved + page_size_ > cap) return Error::out_of_memory;
+Error DeviceAllocator::acquire_host_page(PhysicalPage** out) {
+  if (host_idle_.head != nullptr) {
+    *out = host_idle_.head;
+    idle_remove(**out);
+    return Error::ok;
+  }
+  return create_page(device::Location::host, out);
+}
+
+Error DeviceAllocator::create_page(device::Location where, PhysicalPage** out) {
+  const bool host = where == device::Location::host;
+  if (host) {
+    const auto held = static_cast<std::size_t>(stats_.host_reserved_bytes.current);
+    if (!host_pages_supported_) return Error::out_of_memory;
+    if (settings_.host_limit != 0 && held + page_size_ > settings_.host_limit) {
+      return Error::out_of_memory;
+    }
+  } else {
+    const std::size_t cap = reserve_cap();
+    const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.current);
+    if (cap != 0 && reserved + page_size_ > cap) return Error::out_of_memory;
+  }
   device::PhysicalHandle handle = 0;
-  const auto status = device_.create_physical(ordinal_, page_size_, &handle);
+  const auto status = device_.create_physical(ordinal_, page_size_, where, &handle);
   if (status == device::Status::out_of_memory) return Error::out_of_memory;
+  if (host && (status == device::Status::not_supported ||
+               status == device::Status::invalid_value)) {
+    // The driver cannot place physical memory on the host: spill to pinned memory instead.
+    log().info("device {}: host-located pages are not supported ({}); the host tier uses "
+               "pinned host memory", ordinal_, device_.last_failure());
+    host_pages_supported_ = false;
+    return Error::out_of_memory;
+  }
   if (status != device::Status::ok) {
     return fail(Error::device_error, "device %d: creating a physical page failed: %s %s",
                 ordinal_, device::status_name(status), device_.last_failure());
   }
   auto* phys = new PhysicalPage;
   phys->handle = handle;
+  phys->host = host;
   phys->index = physical_pages_.size();
   physical_pages_.push_back(phys);
   const auto bytes = static_cast<std::int64_t>(page_size_);
-  stats_.reserved_bytes.increase(bytes);
-  stats_.reserved_count.count();
+  if (host) {
+    ++host_pages_;
+    stats_.host_reserved_bytes.increase(bytes);
+  } else {
+    stats_.reserved_bytes.increase(bytes);
+    stats_.reserved_count.count();
+    stats_.device_allocs.count();
+  }
   stats_.cached_bytes.increase(bytes);
-  stats_.device_allocs.count();
   *out = phys;
   return Error::ok;
 }
@@ -192,12 +253,17 @@ bool DeviceAllocator::release_physical_page(PhysicalPage* phys) {
   physical_pages_[phys->index] = moved;
   moved->index = phys->index;
   physical_pages_.pop_back();
-  delete phys;
   const auto bytes = static_cast<std::int64_t>(page_size_);
-  stats_.reserved_bytes.decrease(bytes);
-  stats_.reserved_count.decrease(1);
+  if (phys->host) {
+    --host_pages_;
+    stats_.host_reserved_bytes.decrease(bytes);
+  } else {
+    stats_.reserved_bytes.decrease(bytes);
+    stats_.reserved_count.decrease(1);
+    stats_.device_frees.count();
+  }
   stats_.cached_bytes.decrease(bytes);
-  stats_.device_frees.count();
+  delete phys;
   return true;
 }
 
@@ -276,35 +342,37 @@ bool DeviceAllocator::wait_until_settled(StreamPool& pool, std::uint64_t epoch) 
 }
 
 void DeviceAllocator::idle_push(PhysicalPage& phys) {
+  IdleList& list = idle_of(phys);
   phys.idle_since = ++page_epoch_;
   phys.idle_next = nullptr;
-  phys.idle_prev = idle_tail_;
-  if (idle_tail_ != nullptr) {
-    idle_tail_->idle_next = &phys;
+  phys.idle_prev = list.tail;
+  if (list.tail != nullptr) {
+    list.tail->idle_next = &phys;
   } else {
-    idle_head_ = &phys;
+    list.head = &phys;
   }
-  idle_tail_ = &phys;
-  ++idle_pages_;
+  list.tail = &phys;
+  ++list.count;
 }
 
 void DeviceAllocator::idle_remove(PhysicalPage& phys) {
+  IdleList& list = idle_of(phys);
   if (phys.idle_prev != nullptr) {
     phys.idle_prev->idle_next = phys.idle_next;
   } else {
-    idle_head_ = phys.idle_next;
+    list.head = phys.idle_next;
   }
   if (phys.idle_next != nullptr) {
     phys.idle_next->idle_prev = phys.idle_prev;
   } else {
-    idle_tail_ = phys.idle_prev;
+    list.tail = phys.idle_prev;
   }
   phys.idle_prev = phys.idle_next = nullptr;
-  --idle_pages_;
+  --list.count;
 }
 
 std::size_t DeviceAllocator::release_cached_pages() {
-  if (idle_pages_ == 0 && stats_.mapped_bytes.current == 0) return 0;
+  if (device_idle_.count + host_idle_.count == 0 && stats_.mapped_bytes.current == 0) return 0;
   // Pages without users may still be used by queued work: wait for all of it once.
   if (device_.synchronize(ordinal_) != device::Status::ok) {
     log().warn("device {}: synchronize failed; idle pages are kept", ordinal_);
@@ -321,9 +389,14 @@ std::size_t DeviceAllocator::release_cached_pages() {
     }
   }
   std::size_t released = 0;
-  for (PhysicalPage* phys = idle_head_; phys != nullptr;) {
+  for (PhysicalPage* phys = device_idle_.head; phys != nullptr;) {
     PhysicalPage* next = phys->idle_next;
     if (phys->mappings.empty() && release_physical_page(phys)) released += page_size_;
+    phys = next;
+  }
+  for (PhysicalPage* phys = host_idle_.head; phys != nullptr;) {
+    PhysicalPage* next = phys->idle_next;
+    if (phys->mappings.empty()) release_physical_page(phys);  // host memory: not counted
     phys = next;
   }
   chronic_pages_ = 0;  // the memory they were counted against is gone or idle

@@ -60,6 +60,7 @@ struct Page {
 
 struct PhysicalPage {
   device::PhysicalHandle handle = 0;
+  bool host = false;  // host-located (the host tier), else device memory
   Page* owner = nullptr;
   StreamPool* last_pool = nullptr;  // the pool whose stream used it last
   std::vector<Page*> mappings;
@@ -72,6 +73,9 @@ struct PhysicalPage {
 struct Segment {
   std::uintptr_t base = 0;
   std::size_t size = 0;
+  // Pinned host memory mapped for the device (the host tier without host-located pages); its
+  // free blocks sit in the pool's host bins, out of reach of requests that fit the device.
+  bool host = false;
   StreamPool* pool = nullptr;
   Block* first = nullptr;
   // Paged segments: one entry per granule of [base, base + size); empty for plain segments.

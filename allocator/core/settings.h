@@ -9,6 +9,10 @@
 
 namespace cudalloc {
 
+// Where a request goes when the device budget (limit, fraction, or the device itself) has no
+// room for it after the cache is reclaimed: nowhere (out of memory), or host memory.
+enum class Offload { none, host };
+
 struct Settings {
   // Cap on reserved device memory per device, in bytes; 0 means no cap.
   std::size_t limit = 0;
@@ -25,6 +29,15 @@ struct Settings {
   // Paged mode: idle mapped pages (free, kept mapped where they are) allowed as a fraction of
   // reserved memory before a request takes an idle page from elsewhere instead of new memory.
   double page_slack = 0.02;
+  // The host tier: with Offload::host, requests past the device budget are served from host
+  // memory mapped into the device's address space (paged mode: host-located physical pages,
+  // movable back; otherwise pinned mapped host memory).
+  Offload offload = Offload::none;
+  // Cap on host memory held by the host tier, in bytes; 0 means no cap.
+  std::size_t host_limit = 0;
+  // Automatic promotion: after a free, when everything on the host fits in this fraction of
+  // the device budget, spilled pages move back to the device (0: only on request).
+  double promote = 0.0;
   // Empty slabs kept per size class and stream before they are returned to the block pool.
   std::size_t slab_keep = 1;
   // Run the invariant checker after every operation (slow; for debugging).

@@ -68,6 +68,7 @@ void paged_segment_state(const Segment& seg, device::StreamHandle stream, Descri
     s.size = (end - i) * page;
     s.stream = stream;
     s.paged = true;
+    for (std::size_t k = i; k < end; ++k) s.host_bytes += seg.pages[k].phys->host ? page : 0;
     while (b->addr + b->size <= s.base) b = b->next;
     for (; b != nullptr && b->addr < s.base + s.size; b = b->next) {
       if (b->state != Block::State::free) {
@@ -141,6 +142,7 @@ DeviceState DeviceAllocator::state() const {
       s.base = seg->base;
       s.size = seg->size;
       s.stream = stream;
+      s.host_bytes = seg->host ? seg->size : 0;
       for (const Block* b = seg->first; b != nullptr; b = b->next) describe(b, s.blocks, s);
       st.segments.push_back(std::move(s));
     }

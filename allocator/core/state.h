@@ -36,6 +36,8 @@ struct SegmentState {
   // A run of mapped pages of a paged segment (one SegmentState per run, so that segment sizes
   // add up to the physical memory mapped, each physical page counted once).
   bool paged = false;
+  // Bytes of it in host memory (the host tier): host-located pages, or a whole host segment.
+  std::size_t host_bytes = 0;
   std::vector<BlockState> blocks;  // address order, covering the segment
   std::vector<SlabState> slabs;
 };

@@ -9,7 +9,7 @@
 //   reserved   device memory held from the driver (segments, and physical pages of paged
 //              segments whether mapped or not)
 //   mapped     physical pages mapped into paged segments (used or idle)
-//   cached     reserved memory that holds no active allocation
+//   cached     memory held (reserved, plus host_reserved) that holds no active allocation
 //   slab       reserved memory carved into slabs for small sizes
 // Event counters (current == total, peak unused):
 //   cache_hits     allocations served without a device allocation
@@ -20,6 +20,11 @@
 //   pending_frees  frees that had to wait for events (record_stream)
 //   page_maps / page_unmaps  pages mapped into / unmapped from paged segments
 //   page_waits     host waits for a stream's work before one of its idle pages moved
+// The host tier (offload:host):
+//   host_reserved  host memory held by the host tier (not part of reserved)
+//   host_active    host memory under allocations (pages or blocks in use)
+//   spills         allocations served (partly) from host memory for lack of device room
+//   page_offloads / page_prefetches  pages of live allocations moved to host / device memory
 #pragma once
 
 #define CUDALLOC_STAT_FIELDS(X)                                                        \
@@ -44,4 +49,9 @@
   X(mapped_bytes, "physical memory mapped into paged segments")                        \
   X(page_maps, "pages mapped into paged segments")                                     \
   X(page_unmaps, "pages unmapped from paged segments")                                 \
-  X(page_waits, "host waits for a stream before its idle page moved")
+  X(page_waits, "host waits for a stream before its idle page moved")                  \
+  X(host_reserved_bytes, "host memory held by the host tier")                          \
+  X(host_active_bytes, "host memory under allocations")                                \
+  X(spills, "allocations served from host memory for lack of device room")            \
+  X(page_offloads, "pages of live allocations moved to host memory")                   \
+  X(page_prefetches, "pages of live allocations moved to device memory")

@@ -13,6 +13,7 @@ namespace {
 struct Totals {
   std::int64_t reserved = 0, segments = 0, free_blocks = 0, slab_bytes = 0, slabs = 0;
   std::int64_t mapped_pages = 0;
+  std::int64_t host_reserved = 0, host_active = 0;
   std::int64_t allocated = 0, allocations = 0, requested = 0, pending_bytes = 0, pending = 0;
 };
 
@@ -62,9 +63,11 @@ void check_segment(Checker& c, const Segment* seg, const StreamPool& pool, Total
     c.expect(!(is_free && prev != nullptr && prev->state == Block::State::free),
              "adjacent free blocks at ", prev ? prev->addr : 0, " and ", b->addr,
              " were not coalesced");
-    c.expect(is_free == pool.free_blocks.contains(b), "block at ",
+    const FreeBins& bins = seg->host ? pool.host_free_blocks : pool.free_blocks;
+    c.expect(is_free == bins.contains(b), "block at ",
              b->addr, is_free ? " is free but not in its pool's free set"
                               : " is in the free set but not free");
+    if (seg->host && !is_free) t.host_active += static_cast<std::int64_t>(b->size);
     if (b->state == Block::State::slab) {
       c.expect(b->slab != nullptr && b->slab->block == b, "slab block at ", b->addr,
                " does not point to its slab");
@@ -78,6 +81,10 @@ void check_segment(Checker& c, const Segment* seg, const StreamPool& pool, Total
   }
   c.expect(at == seg->base + seg->size, "segment at ", seg->base, " blocks do not cover it");
   if (seg->paged()) return;  // its pages are counted by check_pages
+  if (seg->host) {
+    t.host_reserved += static_cast<std::int64_t>(seg->size);
+    return;
+  }
   t.reserved += static_cast<std::int64_t>(seg->size);
   ++t.segments;
 }
@@ -120,7 +127,8 @@ std::string DeviceAllocator::validate_locked() const {
       check_segment(c, seg, *pool, t);
       if (seg->paged()) check_pages(c, seg, page_size_, t);
     }
-    c.expect(std::size_t(t.free_blocks - free_before) == pool->free_blocks.size(),
+    c.expect(std::size_t(t.free_blocks - free_before) ==
+                 pool->free_blocks.size() + pool->host_free_blocks.size(),
              "a pool's free bins hold blocks that are not free blocks of its segments");
     for (const SlabClass& cls : pool->classes) {
       std::size_t empty = 0;
@@ -170,13 +178,21 @@ std::string DeviceAllocator::validate_locked() const {
              " used objects but ", n, " are live or pending");
   }
   std::int64_t listed = 0;
-  std::uint64_t last_epoch = 0;
-  for (const PhysicalPage* p = idle_head_; p != nullptr && c.ok(); p = p->idle_next) {
-    c.expect(p->owner == nullptr, "a physical page in the idle list has an owner");
-    c.expect(p->idle_since > last_epoch, "the idle list is out of order");
-    last_epoch = p->idle_since;
-    ++listed;
+  for (const IdleList* list : {&device_idle_, &host_idle_}) {
+    std::uint64_t last_epoch = 0;
+    std::size_t in_list = 0;
+    for (const PhysicalPage* p = list->head; p != nullptr && c.ok(); p = p->idle_next) {
+      c.expect(p->owner == nullptr, "a physical page in the idle list has an owner");
+      c.expect(p->host == (list == &host_idle_), "a physical page is in the wrong idle list");
+      c.expect(p->idle_since > last_epoch, "the idle list is out of order");
+      last_epoch = p->idle_since;
+      ++in_list;
+    }
+    c.expect(in_list == list->count, "an idle list counts ", list->count, " pages, holds ",
+             in_list);
+    listed += static_cast<std::int64_t>(in_list);
   }
+  std::int64_t host_pages = 0;
   std::int64_t mappings = 0, idle = 0;
   for (std::size_t i = 0; i < physical_pages_.size() && c.ok(); ++i) {
     const PhysicalPage* p = physical_pages_[i];
@@ -190,15 +206,22 @@ std::string DeviceAllocator::validate_locked() const {
     }
     mappings += static_cast<std::int64_t>(p->mappings.size());
     if (p->owner == nullptr) ++idle;
+    if (p->host) {
+      ++host_pages;
+      if (p->owner != nullptr) t.host_active += static_cast<std::int64_t>(page_size_);
+    }
   }
-  c.expect(listed == idle && std::size_t(listed) == idle_pages_, "idle physical pages: ", idle,
-           " without owner, ", listed, " listed, ", idle_pages_, " counted");
+  c.expect(listed == idle, "idle physical pages: ", idle, " without owner, ", listed,
+           " listed");
+  c.expect(std::size_t(host_pages) == host_pages_, "host pages: ", host_pages, " found, ",
+           host_pages_, " counted");
   c.expect(mappings == t.mapped_pages, "physical pages list ", mappings,
            " mappings, segments have ", t.mapped_pages, " mapped pages");
   const auto page = static_cast<std::int64_t>(page_size_);
-  const auto physical = static_cast<std::int64_t>(physical_pages_.size());
+  const auto physical = static_cast<std::int64_t>(physical_pages_.size()) - host_pages;
   t.reserved += physical * page;
   t.segments += physical;
+  t.host_reserved += host_pages * page;
   const Stats& s = stats_;
   c.expect(s.mapped_bytes.current == t.mapped_pages * page, "mapped_bytes ",
            s.mapped_bytes.current, " != mapped pages ", t.mapped_pages * page);
@@ -216,8 +239,13 @@ std::string DeviceAllocator::validate_locked() const {
   c.expect(s.active_bytes.current == t.allocated + t.pending_bytes &&
                s.active_count.current == t.allocations + t.pending,
            "active stats disagree with live + pending");
-  c.expect(s.cached_bytes.current == s.reserved_bytes.current - s.active_bytes.current,
-           "cached_bytes != reserved - active");
+  c.expect(s.host_reserved_bytes.current == t.host_reserved, "host_reserved_bytes ",
+           s.host_reserved_bytes.current, " != host pages and segments ", t.host_reserved);
+  c.expect(s.host_active_bytes.current == t.host_active, "host_active_bytes ",
+           s.host_active_bytes.current, " != host memory in use ", t.host_active);
+  c.expect(s.cached_bytes.current ==
+               s.reserved_bytes.current + s.host_reserved_bytes.current - s.active_bytes.current,
+           "cached_bytes != reserved + host_reserved - active");
   return c.problem();
 }
 

@@ -39,6 +39,9 @@ struct Driver {
   PFN_cuEventQuery_v2000 event_query = nullptr;
   PFN_cuEventSynchronize_v2000 event_synchronize = nullptr;
   PFN_cuStreamWaitEvent_v3020 stream_wait_event = nullptr;
+  PFN_cuMemcpyAsync_v4000 memcpy_async = nullptr;
+  PFN_cuMemHostAlloc_v2020 mem_host_alloc = nullptr;
+  PFN_cuMemFreeHost_v2000 mem_free_host = nullptr;
   // Virtual memory management; all resolved or `vmm` is false.
   PFN_cuMemGetAllocationGranularity_v10020 mem_get_granularity = nullptr;
   PFN_cuMemAddressReserve_v10020 mem_address_reserve = nullptr;
@@ -56,6 +59,7 @@ struct Driver {
   std::vector<CUcontext> contexts;           // primary contexts; null if retain failed
   std::vector<CUresult> context_results;     // result of cuDevicePrimaryCtxRetain
   std::vector<std::size_t> granularities;    // 0 = no VMM
+  std::vector<int> host_numa;                // the host NUMA node closest to each; -1 unknown
 };
 
 thread_local const char* t_last_error = "";
@@ -92,7 +96,10 @@ bool resolve_core(Driver& d) {
          resolve("cuEventDestroy", &d.event_destroy) &&
          resolve("cuEventRecord", &d.event_record) && resolve("cuEventQuery", &d.event_query) &&
          resolve("cuEventSynchronize", &d.event_synchronize) &&
-         resolve("cuStreamWaitEvent", &d.stream_wait_event);
+         resolve("cuStreamWaitEvent", &d.stream_wait_event) &&
+         resolve("cuMemcpyAsync", &d.memcpy_async) &&
+         resolve("cuMemHostAlloc", &d.mem_host_alloc) &&
+         resolve("cuMemFreeHost", &d.mem_free_host);
 }
 
 bool resolve_vmm(Driver& d) {
@@ -172,6 +179,11 @@ void load(Driver& d) {
     d.contexts.push_back(r == CUDA_SUCCESS ? ctx : nullptr);
     d.context_results.push_back(r);
     d.granularities.push_back(r == CUDA_SUCCESS ? query_granularity(d, device) : 0);
+    int numa = -1;
+    if (r != CUDA_SUCCESS ||
+        d.device_get_attribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, device) != CUDA_SUCCESS)
+      numa = -1;
+    d.host_numa.push_back(numa);
   }
   d.ready = true;
 }
@@ -389,12 +401,31 @@ Status CudaDevice::unreserve(std::uintptr_t va, std::size_t bytes) {
   });
 }
 
-Status CudaDevice::create_physical(int dev, std::size_t bytes, PhysicalHandle* handle) {
+Status CudaDevice::create_physical(int dev, std::size_t bytes, Location where,
+                                   PhysicalHandle* handle) {
   return with_context(dev, [&](const Driver& d) {
     if (!d.vmm) return Status::not_supported;
     CUmemAllocationProp prop = device_memory_prop(d.devices[dev]);
     CUmemGenericAllocationHandle h = 0;
-    Status s = check(d.mem_create(&h, bytes, &prop, 0));
+    CUresult r = CUDA_SUCCESS;
+    if (where == Location::device) {
+      r = d.mem_create(&h, bytes, &prop, 0);
+    } else {
+      // The host node closest to the device where the driver knows it, else any host memory
+      // (drivers before CUDA 12.2 know neither and fail: the caller falls back).
+      r = CUDA_ERROR_NOT_SUPPORTED;
+      if (d.host_numa[dev] >= 0) {
+        prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+        prop.location.id = d.host_numa[dev];
+        r = d.mem_create(&h, bytes, &prop, 0);
+      }
+      if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY) {
+        prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+        prop.location.id = 0;
+        r = d.mem_create(&h, bytes, &prop, 0);
+      }
+    }
+    Status s = check(r);
     if (s == Status::ok) *handle = static_cast<PhysicalHandle>(h);
     return s;
   });
@@ -426,6 +457,26 @@ Status CudaDevice::set_access(int dev, std::uintptr_t va, std::size_t bytes) {
     CUmemAccessDesc desc = read_write_access(d.devices[dev]);
     return check(d.mem_set_access(static_cast<CUdeviceptr>(va), bytes, &desc, 1));
   });
+}
+
+Status CudaDevice::copy(int dev, std::uintptr_t dst, std::uintptr_t src, std::size_t bytes,
+                        StreamHandle stream) {
+  return with_context(dev, [&](const Driver& d) {
+    return check(d.memcpy_async(static_cast<CUdeviceptr>(dst), static_cast<CUdeviceptr>(src),
+                                bytes, as_stream(stream)));
+  });
+}
+
+Status CudaDevice::host_alloc(int dev, std::size_t bytes, void** ptr) {
+  return with_context(dev, [&](const Driver& d) {
+    // Portable: usable from every context; device-mapped: kernels reach it at the same
+    // address (unified addressing, which every 64-bit platform CUDA supports has).
+    return check(d.mem_host_alloc(ptr, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+  });
+}
+
+Status CudaDevice::host_free(void* ptr) {
+  return without_context(false, [&](const Driver& d) { return check(d.mem_free_host(ptr)); });
 }
 
 Status CudaDevice::event_create(int dev, EventHandle* event) {

@@ -30,13 +30,18 @@ class CudaDevice final : public Device {
   std::size_t granularity(int dev) override;
   Status reserve(int dev, std::size_t bytes, std::uintptr_t* va) override;
   Status unreserve(std::uintptr_t va, std::size_t bytes) override;
-  Status create_physical(int dev, std::size_t bytes, PhysicalHandle* handle) override;
+  Status create_physical(int dev, std::size_t bytes, Location where,
+                         PhysicalHandle* handle) override;
   Status release_physical(PhysicalHandle handle) override;
   Status map(std::uintptr_t va, std::size_t bytes, PhysicalHandle handle,
              std::size_t offset) override;
   Status unmap(std::uintptr_t va, std::size_t bytes) override;
   Status set_access(int dev, std::uintptr_t va, std::size_t bytes) override;
 
+  Status copy(int dev, std::uintptr_t dst, std::uintptr_t src, std::size_t bytes,
+              StreamHandle stream) override;
+  Status host_alloc(int dev, std::size_t bytes, void** ptr) override;
+  Status host_free(void* ptr) override;
   Status event_create(int dev, EventHandle* event) override;
   Status event_destroy(EventHandle event) override;
   Status event_record(int dev, EventHandle event, StreamHandle stream) override;

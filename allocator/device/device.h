@@ -23,6 +23,10 @@ using StreamHandle = std::uintptr_t;
 using EventHandle = std::uintptr_t;
 using PhysicalHandle = std::uint64_t;
 
+// Where physical memory lives: on the device, or in host memory that the device reaches over
+// the bus (slower, but addressable by kernels like device memory once mapped).
+enum class Location { device, host };
+
 enum class Status {
   ok,
   out_of_memory,   // the device (or its simulated capacity) has no room
@@ -53,6 +57,9 @@ enum class CallKind : int {
   event_synchronize,
   stream_wait_event,
   synchronize,
+  copy,
+  host_alloc,
+  host_free,
   count_,
 };
 constexpr int kCallKinds = static_cast<int>(CallKind::count_);
@@ -80,7 +87,11 @@ class Device {
   virtual std::size_t granularity(int dev) = 0;
   virtual Status reserve(int dev, std::size_t bytes, std::uintptr_t* va) = 0;
   virtual Status unreserve(std::uintptr_t va, std::size_t bytes) = 0;
-  virtual Status create_physical(int dev, std::size_t bytes, PhysicalHandle* handle) = 0;
+  // Physical memory for mapping into `dev`'s address space. Location::host is memory on the
+  // host node closest to `dev`; not_supported (or invalid_value) where the driver cannot
+  // create it.
+  virtual Status create_physical(int dev, std::size_t bytes, Location where,
+                                 PhysicalHandle* handle) = 0;
   virtual Status release_physical(PhysicalHandle handle) = 0;
   // Maps `bytes` of `handle` starting at `offset` at `va`; all three are page multiples.
   virtual Status map(std::uintptr_t va, std::size_t bytes, PhysicalHandle handle,
@@ -88,6 +99,16 @@ class Device {
   virtual Status unmap(std::uintptr_t va, std::size_t bytes) = 0;
   // Grants read/write access from `dev` to a mapped range.
   virtual Status set_access(int dev, std::uintptr_t va, std::size_t bytes) = 0;
+
+  // Queues a copy of `bytes` from `src` to `dst` (both addressable by `dev`: device memory or
+  // mapped ranges of either location) on `stream`; it runs after the work queued there before.
+  virtual Status copy(int dev, std::uintptr_t dst, std::uintptr_t src, std::size_t bytes,
+                      StreamHandle stream) = 0;
+  // Pinned host memory mapped for `dev` (unified addressing: the same pointer on both sides);
+  // the host tier where host-located physical memory cannot be created. host_free waits for
+  // the work that may still use the memory, as cuMemFreeHost does.
+  virtual Status host_alloc(int dev, std::size_t bytes, void** ptr) = 0;
+  virtual Status host_free(void* ptr) = 0;
 
   // Events mark a point in a stream's queue. event_query returns ok once every piece of work
   // queued on the stream before the record has finished, not_ready before that.

@@ -27,9 +27,11 @@ FakeDevice::FakeDevice(Options options) : options_(options), memory_(options.dev
 FakeDevice::~FakeDevice() {
   for (auto& [ptr, info] : allocations_) ::munmap(ptr, info.second);
   for (auto& [va, info] : reservations_) ::munmap(reinterpret_cast<void*>(va), info.second);
+  for (auto& [ptr, bytes] : host_allocations_) ::munmap(ptr, bytes);
   for (auto& m : memory_) {
     if (m.file >= 0) ::close(m.file);
   }
+  if (host_memory_.file >= 0) ::close(host_memory_.file);
 }
 
 Status FakeDevice::check_fault(CallKind kind) {
@@ -107,13 +109,13 @@ Status FakeDevice::unreserve(std::uintptr_t va, std::size_t bytes) {
 }
 
 Status FakeDevice::take_file_range(int dev, std::size_t bytes, std::size_t* offset) {
-  DeviceMemory& m = memory_[dev];
+  DeviceMemory& m = memory_of(dev);
   if (m.file < 0) {
     m.file = ::memfd_create("cudalloc-fake-device", MFD_CLOEXEC);
-    if (m.file < 0 || ::ftruncate(m.file, static_cast<off_t>(options_.capacity)) != 0) {
+    if (m.file < 0 || ::ftruncate(m.file, static_cast<off_t>(capacity_of(dev))) != 0) {
       return Status::device_error;
     }
-    m.holes[0] = options_.capacity;
+    m.holes[0] = capacity_of(dev);
   }
   for (auto it = m.holes.begin(); it != m.holes.end(); ++it) {
     if (it->second < bytes) continue;
@@ -127,7 +129,7 @@ Status FakeDevice::take_file_range(int dev, std::size_t bytes, std::size_t* offs
 }
 
 void FakeDevice::return_file_range(int dev, std::size_t offset, std::size_t bytes) {
-  DeviceMemory& m = memory_[dev];
+  DeviceMemory& m = memory_of(dev);
   // Give the pages back to the host, then merge the hole with its neighbours.
   ::fallocate(m.file, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
               static_cast<off_t>(bytes));
@@ -146,18 +148,22 @@ void FakeDevice::return_file_range(int dev, std::size_t offset, std::size_t byte
   m.holes[offset] = bytes;
 }
 
-Status FakeDevice::create_physical(int dev, std::size_t bytes, PhysicalHandle* handle) {
+Status FakeDevice::create_physical(int dev, std::size_t bytes, Location where,
+                                   PhysicalHandle* handle) {
   std::lock_guard lock(mutex_);
   if (Status s = check_fault(CallKind::create_physical); s != Status::ok) return s;
   if (!valid_device(dev) || bytes == 0 || bytes % options_.granularity != 0) {
     return Status::invalid_value;
   }
-  if (bytes > options_.capacity - memory_[dev].used) return Status::out_of_memory;
+  const bool host = where == Location::host;
+  if (host && !options_.host_physical) return Status::not_supported;
+  const int file = host ? kHost : dev;
+  if (bytes > capacity_of(file) - memory_of(file).used) return Status::out_of_memory;
   std::size_t offset = 0;
-  if (Status s = take_file_range(dev, bytes, &offset); s != Status::ok) return s;
-  memory_[dev].used += bytes;
+  if (Status s = take_file_range(file, bytes, &offset); s != Status::ok) return s;
+  memory_of(file).used += bytes;
   const PhysicalHandle h = next_physical_++;
-  physicals_[h] = Physical{dev, offset, bytes, 0, false};
+  physicals_[h] = Physical{dev, host, offset, bytes, 0, false};
   *handle = h;
   return Status::ok;
 }
@@ -165,8 +171,9 @@ Status FakeDevice::create_physical(int dev, std::size_t bytes, PhysicalHandle* h
 void FakeDevice::free_physical_if_unused(PhysicalHandle handle) {
   auto it = physicals_.find(handle);
   if (it == physicals_.end() || !it->second.released || it->second.mappings > 0) return;
-  return_file_range(it->second.dev, it->second.offset, it->second.bytes);
-  memory_[it->second.dev].used -= it->second.bytes;
+  const int file = it->second.host ? kHost : it->second.dev;
+  return_file_range(file, it->second.offset, it->second.bytes);
+  memory_of(file).used -= it->second.bytes;
   physicals_.erase(it);
 }
 
@@ -207,7 +214,7 @@ Status FakeDevice::map(std::uintptr_t va, std::size_t bytes, PhysicalHandle hand
       !range_unmapped(va, bytes)) {
     return Status::invalid_value;
   }
-  DeviceMemory& m = memory_[it->second.dev];
+  DeviceMemory& m = memory_of(it->second.host ? kHost : it->second.dev);
   void* p = ::mmap(reinterpret_cast<void*>(va), bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, m.file,
                    static_cast<off_t>(it->second.offset + offset));
   if (p == MAP_FAILED) return Status::device_error;
@@ -252,6 +259,76 @@ Status FakeDevice::set_access(int dev, std::uintptr_t va, std::size_t bytes) {
     return Status::device_error;
   }
   return Status::ok;
+}
+
+}  // namespace cudalloc::device
+
+namespace cudalloc::device {
+
+Status FakeDevice::host_alloc(int dev, std::size_t bytes, void** ptr) {
+  std::lock_guard lock(mutex_);
+  if (Status s = check_fault(CallKind::host_alloc); s != Status::ok) return s;
+  if (!valid_device(dev) || bytes == 0) return Status::invalid_value;
+  if (bytes > options_.host_capacity - host_memory_.used) return Status::out_of_memory;
+  void* p = map_lazy(bytes, PROT_READ | PROT_WRITE);
+  if (p == nullptr) return Status::out_of_memory;
+  host_allocations_[p] = bytes;
+  host_memory_.used += bytes;
+  *ptr = p;
+  return Status::ok;
+}
+
+Status FakeDevice::host_free(void* ptr) {
+  std::lock_guard lock(mutex_);
+  if (Status s = check_fault(CallKind::host_free); s != Status::ok) return s;
+  auto it = host_allocations_.find(ptr);
+  if (it == host_allocations_.end()) return Status::invalid_value;
+  ::munmap(ptr, it->second);
+  host_memory_.used -= it->second;
+  host_allocations_.erase(it);
+  return Status::ok;
+}
+
+bool FakeDevice::range_backed(std::uintptr_t va, std::size_t bytes) const {
+  auto within = [&](const void* ptr, std::size_t size) {
+    const auto base = reinterpret_cast<std::uintptr_t>(ptr);
+    return va >= base && va + bytes <= base + size;
+  };
+  for (const auto& [ptr, info] : allocations_) {
+    if (within(ptr, info.second)) return true;
+  }
+  for (const auto& [ptr, size] : host_allocations_) {
+    if (within(ptr, size)) return true;
+  }
+  // Mapped ranges: consecutive mappings must cover [va, va + bytes) without a gap.
+  auto it = mappings_.upper_bound(va);
+  if (it == mappings_.begin()) return false;
+  std::uintptr_t at = va;
+  for (--it; it != mappings_.end() && at < va + bytes; ++it) {
+    if (it->first > at || it->first + it->second.bytes <= at) return false;
+    at = it->first + it->second.bytes;
+  }
+  return at >= va + bytes;
+}
+
+std::size_t FakeDevice::host_used_bytes() const {
+  std::lock_guard lock(mutex_);
+  return host_memory_.used;
+}
+
+std::uint64_t FakeDevice::bad_copies() const {
+  std::lock_guard lock(mutex_);
+  return bad_copies_;
+}
+
+bool FakeDevice::location_of(std::uintptr_t va, Location* where) const {
+  std::lock_guard lock(mutex_);
+  auto it = mappings_.upper_bound(va);
+  if (it == mappings_.begin()) return false;
+  --it;
+  if (va >= it->first + it->second.bytes) return false;
+  *where = physicals_.at(it->second.handle).host ? Location::host : Location::device;
+  return true;
 }
 
 }  // namespace cudalloc::device

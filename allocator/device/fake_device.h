@@ -8,7 +8,13 @@
 // - Virtual memory: reserve() takes address space, create_physical() takes capacity from a
 //   per-device memory file, map() places it at a virtual address (two mappings of one physical
 //   range see the same bytes), set_access() makes it readable and writable, unmap() removes it.
-//   Granularity is 2 MiB by default.
+//   Granularity is 2 MiB by default. Physical memory of Location::host comes from a separate
+//   host capacity (`host_capacity`); with `host_physical` off, creating it is not_supported,
+//   as on a driver without host-located virtual memory. host_alloc() gives pinned host memory
+//   from the same host capacity.
+// - Copies: copy() is queued work on its stream; the bytes move when that work completes (at
+//   once without manual streams). A copy from or to memory that is not mapped or allocated by
+//   then is not performed and is counted by bad_copies().
 // - Streams and events: every stream has a count of queued and of completed work items. With
 //   `manual_streams` off (the default) work completes as soon as it is queued. With it on, work
 //   queued by enqueue_work() stays pending until complete_work()/complete_all(); an event
@@ -34,6 +40,8 @@ class FakeDevice final : public Device {
     int devices = 1;
     std::size_t granularity = std::size_t{2} << 20;
     bool manual_streams = false;
+    std::size_t host_capacity = std::size_t{256} << 30;
+    bool host_physical = true;
   };
   explicit FakeDevice(Options options);
   FakeDevice() : FakeDevice(Options{}) {}
@@ -50,12 +58,17 @@ class FakeDevice final : public Device {
   std::size_t granularity(int dev) override;
   Status reserve(int dev, std::size_t bytes, std::uintptr_t* va) override;
   Status unreserve(std::uintptr_t va, std::size_t bytes) override;
-  Status create_physical(int dev, std::size_t bytes, PhysicalHandle* handle) override;
+  Status create_physical(int dev, std::size_t bytes, Location where,
+                         PhysicalHandle* handle) override;
   Status release_physical(PhysicalHandle handle) override;
   Status map(std::uintptr_t va, std::size_t bytes, PhysicalHandle handle,
              std::size_t offset) override;
   Status unmap(std::uintptr_t va, std::size_t bytes) override;
   Status set_access(int dev, std::uintptr_t va, std::size_t bytes) override;
+  Status copy(int dev, std::uintptr_t dst, std::uintptr_t src, std::size_t bytes,
+              StreamHandle stream) override;
+  Status host_alloc(int dev, std::size_t bytes, void** ptr) override;
+  Status host_free(void* ptr) override;
   Status event_create(int dev, EventHandle* event) override;
   Status event_destroy(EventHandle event) override;
   Status event_record(int dev, EventHandle event, StreamHandle stream) override;
@@ -79,6 +92,10 @@ class FakeDevice final : public Device {
   void clear_faults();
   std::uint64_t calls(CallKind kind) const;
   std::size_t used_bytes(int dev) const;  // device memory taken (malloc + physical)
+  std::size_t host_used_bytes() const;    // host memory taken (host physical + host_alloc)
+  std::uint64_t bad_copies() const;
+  // Where the physical memory mapped at `va` lives; false when nothing is mapped there.
+  bool location_of(std::uintptr_t va, Location* where) const;
   std::size_t live_events() const;
 
   struct Wait {
@@ -115,6 +132,7 @@ class FakeDevice final : public Device {
   };
   struct Physical {
     int dev = 0;
+    bool host = false;
     std::size_t offset = 0;  // in the device's memory file
     std::size_t bytes = 0;
     int mappings = 0;
@@ -135,8 +153,23 @@ class FakeDevice final : public Device {
   StreamState& stream_state(int dev, StreamHandle stream);
   void complete_stream(const StreamKey& key, std::uint64_t upto);
   bool event_done(const EventState& e);
+  struct PendingCopy {
+    StreamKey stream;
+    std::uint64_t seq;  // the work item of `stream` that performs it
+    std::uintptr_t dst, src;
+    std::size_t bytes;
+  };
+
+  // The memory file of a device, or of the host (dev == kHost).
+  static constexpr int kHost = -1;
+  DeviceMemory& memory_of(int dev) { return dev == kHost ? host_memory_ : memory_[dev]; }
+  std::size_t capacity_of(int dev) const {
+    return dev == kHost ? options_.host_capacity : options_.capacity;
+  }
   Status take_file_range(int dev, std::size_t bytes, std::size_t* offset);
   void return_file_range(int dev, std::size_t offset, std::size_t bytes);
+  bool range_backed(std::uintptr_t va, std::size_t bytes) const;
+  void run_completed_copies();
   void free_physical_if_unused(PhysicalHandle handle);
   bool range_reserved(std::uintptr_t va, std::size_t bytes) const;
   bool range_unmapped(std::uintptr_t va, std::size_t bytes) const;
@@ -144,6 +177,10 @@ class FakeDevice final : public Device {
   Options options_;
   mutable std::mutex mutex_;
   std::vector<DeviceMemory> memory_;
+  DeviceMemory host_memory_;
+  std::unordered_map<void*, std::size_t> host_allocations_;  // ptr -> bytes
+  std::vector<PendingCopy> copies_;
+  std::uint64_t bad_copies_ = 0;
   std::unordered_map<void*, std::pair<int, std::size_t>> allocations_;  // ptr -> dev, bytes
   std::map<std::uintptr_t, std::pair<int, std::size_t>> reservations_;  // va -> dev, bytes
   std::unordered_map<PhysicalHandle, Physical> physicals_;

@@ -1,5 +1,6 @@
 // FakeDevice: simulated streams, events, faults and the test controls.
 #include <algorithm>
+#include <cstring>
 
 #include "device/fake_device.h"
 
@@ -22,6 +23,33 @@ void FakeDevice::complete_stream(const StreamKey& key, std::uint64_t upto) {
   StreamState& s = streams_[key];
   s.completed = std::max(s.completed, std::min(upto, s.queued));
   std::erase_if(s.waits_on, [&](const auto& dep) { return dep.after < s.completed; });
+  run_completed_copies();
+}
+
+void FakeDevice::run_completed_copies() {
+  std::erase_if(copies_, [&](const PendingCopy& c) {
+    if (streams_[c.stream].completed < c.seq) return false;
+    if (range_backed(c.src, c.bytes) && range_backed(c.dst, c.bytes)) {
+      std::memmove(reinterpret_cast<void*>(c.dst), reinterpret_cast<const void*>(c.src),
+                   c.bytes);
+    } else {
+      ++bad_copies_;
+    }
+    return true;
+  });
+}
+
+Status FakeDevice::copy(int dev, std::uintptr_t dst, std::uintptr_t src, std::size_t bytes,
+                        StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  if (Status s = check_fault(CallKind::copy); s != Status::ok) return s;
+  if (!valid_device(dev) || bytes == 0) return Status::invalid_value;
+  if (!range_backed(src, bytes) || !range_backed(dst, bytes)) return Status::invalid_value;
+  StreamState& s = stream_state(dev, stream);
+  copies_.push_back(PendingCopy{StreamKey{dev, stream}, ++s.queued, dst, src, bytes});
+  if (!options_.manual_streams) s.completed = s.queued;
+  run_completed_copies();
+  return Status::ok;
 }
 
 bool FakeDevice::event_done(const EventState& e) {
@@ -100,6 +128,7 @@ Status FakeDevice::synchronize(int dev) {
       state.waits_on.clear();
     }
   }
+  run_completed_copies();
   return Status::ok;
 }
 
@@ -134,6 +163,7 @@ void FakeDevice::complete_all() {
     state.completed = state.queued;
     state.waits_on.clear();
   }
+  run_completed_copies();
 }
 
 bool FakeDevice::stream_idle(int dev, StreamHandle stream) {

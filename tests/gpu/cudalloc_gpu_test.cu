@@ -387,6 +387,100 @@ void check_empty_cache(Context& c) {
   CHECK(before > 0 && after < before, "reserved bytes did not drop");
 }
 
+bool conf_has(const char* text) {
+  const char* conf = std::getenv("CUDALLOC_CONF");
+  return conf != nullptr && std::strstr(conf, text) != nullptr;
+}
+
+std::size_t host_bytes_of(const void* p) {
+  std::size_t device_bytes = 0, host_bytes = 0;
+  cudalloc_error_t err = cudalloc_residency(p, &device_bytes, &host_bytes);
+  CHECK(err == CUDALLOC_SUCCESS, "cudalloc_residency(%p): %s", p, cudalloc_last_error_string());
+  return host_bytes;
+}
+
+// Moves live buffers to host memory while their fills are still queued (the move must wait for
+// them), has kernels read and rewrite them there, and moves them back on another stream while
+// the rewrites are queued. Buffers smaller than a page carry their neighbours along. Plain
+// segments (vmm:0) cannot move: every call must say so.
+void check_moves(Context& c) {
+  const bool paged = !conf_has("vmm:0");
+  const std::size_t count = std::min<std::size_t>(c.live.buffers.size(), 60);
+  for (std::size_t i = 0; i < count; ++i) {
+    Buffer& b = c.live.buffers[i];
+    b.seed = c.next_seed++;
+    launch_fill(b.ptr, b.size, b.seed, c.streams[b.stream]);
+  }
+  int moved = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const Buffer& b = c.live.buffers[i];
+    cudalloc_error_t err = cudalloc_offload(b.ptr, c.streams[b.stream]);
+    if (!paged) {
+      CHECK(err == CUDALLOC_ERROR_NOT_SUPPORTED, "offload with vmm:0 gave %d", static_cast<int>(err));
+      continue;
+    }
+    CHECK(err == CUDALLOC_SUCCESS, "cudalloc_offload(%p, %zu): %s", b.ptr, b.size,
+          cudalloc_last_error_string());
+    CHECK(host_bytes_of(b.ptr) >= b.size, "buffer %p is not wholly on the host", b.ptr);
+    ++moved;
+  }
+  verify_live(c, "offloaded (kernels read host memory)");
+  for (std::size_t i = 0; i < count; ++i) {
+    Buffer& b = c.live.buffers[i];
+    b.seed = c.next_seed++;
+    launch_fill(b.ptr, b.size, b.seed, c.streams[b.stream]);
+  }
+  for (std::size_t i = 0; paged && i < count; ++i) {
+    const Buffer& b = c.live.buffers[i];
+    cudaStream_t other = c.streams[(b.stream + 1) % kStreams];
+    CHECK(cudalloc_prefetch(b.ptr, other) == CUDALLOC_SUCCESS, "cudalloc_prefetch(%p): %s",
+          b.ptr, cudalloc_last_error_string());
+    CHECK(host_bytes_of(b.ptr) == 0, "buffer %p is still partly on the host", b.ptr);
+  }
+  verify_live(c, "written on the host, moved back");
+  std::printf("moves: %d buffers offloaded and prefetched, %" PRId64 " pages out, %" PRId64
+              " back\n", moved, stat_current("page_offloads"), stat_current("page_prefetches"));
+}
+
+// With offload:host: a device budget 64 MiB above what is reserved, then 8 x 32 MiB of new
+// buffers. Those past the budget are spilled to host memory; kernels write and read them all.
+// Freeing half and promoting brings spilled pages back; the bytes stay right throughout.
+void check_spill(Context& c) {
+  if (!conf_has("offload:host")) {
+    std::printf("spill: skipped (CUDALLOC_CONF has no offload:host)\n");
+    return;
+  }
+  CHECK(cudalloc_empty_cache(0) == CUDALLOC_SUCCESS, "empty_cache");  // no idle pages left
+  const std::int64_t reserved = stat_current("reserved_bytes");
+  const std::size_t limit = static_cast<std::size_t>(reserved) + (std::size_t{64} << 20);
+  CHECK(cudalloc_set_memory_limit(limit, 0) == CUDALLOC_SUCCESS, "set limit");
+  const std::size_t first = c.live.buffers.size();
+  for (int i = 0; i < 8; ++i) allocate_and_fill(c, std::size_t{32} << 20, i % kStreams);
+  verify_live(c, "spilled past the device budget");
+  const std::int64_t host_active = stat_current("host_active_bytes");
+  std::size_t spilled = 0;
+  for (std::size_t i = first; i < c.live.buffers.size(); ++i) {
+    spilled += host_bytes_of(c.live.buffers[i].ptr);
+  }
+  CHECK(spilled >= (std::size_t{128} << 20), "only %zu bytes were spilled", spilled);
+  CHECK(stat_current("reserved_bytes") <= static_cast<std::int64_t>(limit),
+        "reserved bytes passed the limit");
+  // Free the buffers that live on the device: room to promote into.
+  for (std::size_t i = c.live.buffers.size(); i-- > first;) {
+    if (host_bytes_of(c.live.buffers[i].ptr) == 0) free_buffer(c, i);
+  }
+  const std::int64_t before = stat_current("host_active_bytes");
+  CHECK(cudalloc_promote(0) == CUDALLOC_SUCCESS, "promote: %s", cudalloc_last_error_string());
+  const std::int64_t after = stat_current("host_active_bytes");
+  std::printf("spill: %zu bytes spilled (host in use %" PRId64 "); after freeing the buffers on "
+              "the device, promotion took host use from %" PRId64 " to %" PRId64 "\n",
+              spilled, host_active, before, after);
+  CHECK(after < before, "promote moved nothing back");
+  verify_live(c, "after promotion");
+  while (c.live.buffers.size() > first) free_buffer(c, first);
+  CHECK(cudalloc_set_memory_limit(0, 0) == CUDALLOC_SUCCESS, "clear limit");
+}
+
 int section(const char* name, int failures_before) {
   std::printf("%s %s\n", g_failures == failures_before ? "PASS" : "FAIL", name);
   return g_failures;
@@ -420,9 +514,15 @@ int main() {
   f = section("record_stream", f);
   check_foreign_pointer(c);
   f = section("foreign pointer rejected", f);
+  check_moves(c);
+  check_validate("after moves");
+  f = section("offload/prefetch at the same address, byte-exact", f);
   check_empty_cache(c);
   check_validate("after empty_cache");
   f = section("empty_cache", f);
+  check_spill(c);
+  check_validate("after spill");
+  f = section("host tier past the device budget, promotion", f);
 
   for (cudaStream_t s : c.streams) CUDA_OK(cudaStreamDestroy(s));
   std::printf("gpu.patterns: %s (%d failed checks)\n", g_failures == 0 ? "PASS" : "FAIL",

@@ -36,7 +36,7 @@ TEST_CASE("fake virtual memory maps one physical range at two addresses", "[fake
   REQUIRE(dev.reserve(0, 8 * g, &va) == Status::ok);
   CHECK(va % g == 0);
   PhysicalHandle h = 0;
-  REQUIRE(dev.create_physical(0, 2 * g, &h) == Status::ok);
+  REQUIRE(dev.create_physical(0, 2 * g, Location::device, &h) == Status::ok);
   REQUIRE(dev.map(va, 2 * g, h, 0) == Status::ok);
   CHECK(dev.map(va + g, g, h, 0) == Status::invalid_value);  // overlaps a mapping
   REQUIRE(dev.set_access(0, va, 2 * g) == Status::ok);

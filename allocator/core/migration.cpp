@@ -1,0 +1,274 @@
+// Moving live allocations between device and host memory without changing their address.
+//
+// In paged mode an allocation's address is a virtual range; what backs it is a physical page
+// per granule, on the device or (the host tier) on the host. A move gives each page a new
+// physical page of the other location and copies the bytes:
+//   1. take the new physical pages (idle ones first) and map them at staging addresses;
+//   2. queue the copies page -> staging on the caller's stream, after the work queued there
+//      and on the allocation's own stream (order_after_stream);
+//   3. wait on the host for that stream: the copies and every earlier use are done;
+//   4. per page: unmap the old backing, map the new one at the page, grant access; the old
+//      physical page becomes idle (reusable by later requests) and keeps its other mappings;
+//   5. unmap the staging addresses.
+// Step 4 changes the backing under the allocation's address, which is why nothing may use the
+// allocation during the call: a kernel running then could write the old backing after the
+// copy. Everything queued before the call is done by step 3; anything queued after the call
+// returns sees the new mapping.
+//
+// Failure handling keeps the allocation valid: before step 4 nothing has changed; in step 4
+// a page whose new mapping fails is mapped back to its old physical page, which still holds
+// the bytes. Pages already moved stay moved, so an allocation may lie partly on each side.
+#include <algorithm>
+
+#include "core/device_allocator.h"
+#include "core/log.h"
+#include "util/units.h"
+
+namespace cudalloc {
+Error DeviceAllocator::offload(void* ptr, StreamHandle stream) {
+  return move_allocation(ptr, stream, true);
+}
+
+Error DeviceAllocator::prefetch(void* ptr, StreamHandle stream) {
+  return move_allocation(ptr, stream, false);
+}
+
+Error DeviceAllocator::pages_of(const void* ptr, Segment** seg, std::uintptr_t* addr,
+                                std::size_t* size) const {
+  const auto key = reinterpret_cast<std::uintptr_t>(ptr);
+  const LiveEntry* entry = key == 0 ? nullptr : live_.find(key);
+  if (entry == nullptr) {
+    return fail(Error::invalid_pointer, "device %d: %p is not a live allocation of cudalloc",
+                ordinal_, ptr);
+  }
+  const std::uintptr_t owner = entry->owner & ~kTagMask;
+  *seg = (entry->owner & kSlabTag) ? reinterpret_cast<const Slab*>(owner)->block->segment
+                                   : reinterpret_cast<const Block*>(owner)->segment;
+  *addr = key;
+  *size = rounded_size(entry->owner);
+  return Error::ok;
+}
+
+Error DeviceAllocator::move_allocation(void* ptr, StreamHandle stream, bool to_host) {
+  std::lock_guard lock(lock_);
+  Segment* seg = nullptr;
+  std::uintptr_t addr = 0;
+  std::size_t size = 0;
+  if (const Error err = pages_of(ptr, &seg, &addr, &size); err != Error::ok) return err;
+  if (!seg->paged()) {
+    return fail(Error::not_supported,
+                "device %d: %p cannot move: only allocations in paged segments (vmm) can, and "
+                "this one is in %s", ordinal_, ptr,
+                seg->host ? "pinned host memory" : "a plain segment");
+  }
+  const auto [first, last] = seg->pages_under(addr, size, page_size_);
+  std::vector<Page*> pages;
+  for (std::size_t i = first; i <= last; ++i) pages.push_back(&seg->pages[i]);
+  const Error err = move_pages(std::move(pages), to_host, stream);
+  if (settings_.validate) check_after_operation(to_host ? "offload" : "prefetch");
+  return err;
+}
+
+Error DeviceAllocator::move_pages(std::vector<Page*> pages, bool to_host, StreamHandle stream) {
+  std::erase_if(pages, [&](const Page* p) { return p->phys->host == to_host; });
+  if (pages.empty()) return Error::ok;
+  const StreamHandle own = pages.front()->segment->pool->stream;
+  if (own != stream) order_after_stream(own, stream);
+  for (std::size_t at = 0; at < pages.size(); at += kStagingPages) {
+    const std::size_t end = std::min(pages.size(), at + kStagingPages);
+    const std::vector<Page*> batch(pages.begin() + static_cast<std::ptrdiff_t>(at),
+                                   pages.begin() + static_cast<std::ptrdiff_t>(end));
+    if (const Error err = move_batch(batch, to_host, stream); err != Error::ok) return err;
+  }
+  return Error::ok;
+}
+
+Error DeviceAllocator::move_batch(const std::vector<Page*>& pages, bool to_host,
+                                  StreamHandle stream) {
+  // 1. New backing: host pages within host_limit, or device pages within the cap.
+  std::vector<PhysicalPage*> fresh;
+  auto give_back = [&](std::size_t from) {
+    for (std::size_t k = from; k < fresh.size(); ++k) idle_push(*fresh[k]);
+  };
+  for (std::size_t k = 0; k < pages.size(); ++k) {
+    PhysicalPage* phys = nullptr;
+    const Error err = to_host ? acquire_host_page(&phys) : acquire_physical(false, false, &phys);
+    if (err != Error::ok) {
+      give_back(0);
+      if (err != Error::out_of_memory) return err;
+      if (to_host && !host_pages_supported_) {
+        return fail(Error::not_supported,
+                    "device %d: the driver cannot create host-located pages to move to", ordinal_);
+      }
+      return fail(Error::out_of_memory, "device %d: no %s memory to move %zu pages to (%s)",
+                  ordinal_, to_host ? "host" : "device", pages.size(),
+                  to_host ? "host_limit or the host is full" : "the device budget is full");
+    }
+    fresh.push_back(phys);
+  }
+  std::size_t staged = 0;
+  Error err = stage_batch(fresh, &staged);
+  // 2-3. Copy, then wait for the copies and everything queued before them.
+  for (std::size_t k = 0; err == Error::ok && k < pages.size(); ++k) {
+    const auto status = device_.copy(ordinal_, staging_va_ + k * page_size_,
+                                     page_address(*pages[k]), page_size_, stream);
+    if (status != device::Status::ok) {
+      err = fail(Error::device_error, "device %d: copying a page for a move failed: %s %s",
+                 ordinal_, device::status_name(status), device_.last_failure());
+    }
+  }
+  if (err == Error::ok) err = wait_for_stream(stream);
+  if (err != Error::ok) {
+    unstage(staged);
+    give_back(0);
+    return err;
+  }
+  // 4. Swap each page's backing.
+  std::size_t moved = 0;
+  for (; moved < pages.size(); ++moved) {
+    err = swap_backing(*pages[moved], *fresh[moved]);
+    if (err != Error::ok) break;
+  }
+  unstage(staged);
+  give_back(moved);  // the pages not moved (on a failure) never got their new backing
+  (to_host ? stats_.page_offloads : stats_.page_prefetches).increase(
+      static_cast<std::int64_t>(moved));
+  return err;
+}
+
+Error DeviceAllocator::stage_batch(const std::vector<PhysicalPage*>& fresh, std::size_t* staged) {
+  if (staging_va_ == 0) {
+    const auto status = device_.reserve(ordinal_, kStagingPages * page_size_, &staging_va_);
+    if (status != device::Status::ok) {
+      staging_va_ = 0;
+      return fail(Error::device_error, "device %d: reserving staging addresses failed: %s %s",
+                  ordinal_, device::status_name(status), device_.last_failure());
+    }
+  }
+  for (*staged = 0; *staged < fresh.size(); ++*staged) {
+    const std::uintptr_t va = staging_va_ + *staged * page_size_;
+    auto status = device_.map(va, page_size_, fresh[*staged]->handle, 0);
+    if (status == device::Status::ok) {
+      status = device_.set_access(ordinal_, va, page_size_);
+      if (status != device::Status::ok) device_.unmap(va, page_size_);
+    }
+    if (status != device::Status::ok) {
+      return fail(Error::device_error, "device %d: mapping a staging page failed: %s %s",
+                  ordinal_, device::status_name(status), device_.last_failure());
+    }
+  }
+  return Error::ok;
+}
+
+void DeviceAllocator::unstage(std::size_t staged) {
+  for (std::size_t k = 0; k < staged; ++k) {
+    if (device_.unmap(staging_va_ + k * page_size_, page_size_) != device::Status::ok) {
+      // The slot stays mapped: abandon the range (a new one is reserved next time) rather
+      // than map over it.
+      log().warn("device {}: unmapping a staging page failed: {}", ordinal_,
+                 device_.last_failure());
+      staging_va_ = 0;
+      return;
+    }
+  }
+}
+
+Error DeviceAllocator::swap_backing(Page& page, PhysicalPage& fresh) {
+  PhysicalPage& old = *page.phys;
+  if (const Error err = unmap_page(page); err != Error::ok) return err;
+  clear_owner(old);
+  idle_push(old);
+  if (const Error err = map_physical(page, fresh); err != Error::ok) {
+    // Back onto the old page, which still holds the bytes.
+    idle_remove(old);
+    if (map_physical(page, old) != Error::ok) {
+      return fail(Error::device_error,
+                  "device %d: a page at %#zx lost its backing: moving it failed and mapping "
+                  "it back failed too (%s)", ordinal_,
+                  static_cast<std::size_t>(page_address(page)), device_.last_failure());
+    }
+    set_owner(old, &page);
+    return err;
+  }
+  set_owner(fresh, &page);
+  fresh.last_pool = page.segment->pool;
+  return Error::ok;
+}
+
+Error DeviceAllocator::wait_for_stream(StreamHandle stream) {
+  EventHandle event = 0;
+  const bool waited = take_event(&event) == Error::ok &&
+                      device_.event_record(ordinal_, event, stream) == device::Status::ok &&
+                      device_.event_synchronize(event) == device::Status::ok;
+  if (event != 0) give_event(event);
+  if (waited || device_.synchronize(ordinal_) == device::Status::ok) return Error::ok;
+  return fail(Error::device_error, "device %d: waiting for a stream failed: %s", ordinal_,
+              device_.last_failure());
+}
+
+Error DeviceAllocator::promote() {
+  std::lock_guard lock(lock_);
+  return promote_locked();
+}
+
+Error DeviceAllocator::promote_locked() {
+  if (!paged() || stats_.host_active_bytes.current == 0) return Error::ok;
+  promoting_ = true;
+  Error result = Error::ok;
+  for (auto& [stream, pool] : pools_) {
+    for (Segment* seg : pool->segments) {
+      std::vector<Page*> pages;
+      for (Page& page : seg->pages) {
+        if (page.users > 0 && page.phys->host) pages.push_back(&page);
+      }
+      if (pages.empty()) continue;
+      const Error err = move_pages(std::move(pages), false, pool->stream);
+      // Out of device room: what moved stays moved, the rest stays on the host.
+      if (err != Error::ok) {
+        if (err != Error::out_of_memory) result = err;
+        promoting_ = false;
+        return result;
+      }
+    }
+  }
+  promoting_ = false;
+  return result;
+}
+
+void DeviceAllocator::maybe_promote() {
+  if (promoting_ || !paged()) return;
+  const std::size_t budget = reserve_cap() != 0 ? reserve_cap() : device_total_;
+  const std::size_t device_owned =
+      (physical_pages_.size() - host_pages_ - device_idle_.count) * page_size_;
+  const auto host_owned = static_cast<std::size_t>(stats_.host_active_bytes.current);
+  if (budget == 0 ||
+      static_cast<double>(device_owned + host_owned) >
+          settings_.promote * static_cast<double>(budget)) {
+    return;
+  }
+  if (promote_locked() != Error::ok) log().warn("device {}: {}", ordinal_, last_error_message());
+}
+
+Error DeviceAllocator::residency(const void* ptr, std::size_t* device_bytes,
+                                 std::size_t* host_bytes) const {
+  std::lock_guard lock(lock_);
+  Segment* seg = nullptr;
+  std::uintptr_t addr = 0;
+  std::size_t size = 0;
+  if (const Error err = pages_of(ptr, &seg, &addr, &size); err != Error::ok) return err;
+  *device_bytes = *host_bytes = 0;
+  if (!seg->paged()) {
+    (seg->host ? *host_bytes : *device_bytes) = size;
+    return Error::ok;
+  }
+  const auto [first, last] = seg->pages_under(addr, size, page_size_);
+  for (std::size_t i = first; i <= last; ++i) {
+    const std::uintptr_t start = seg->base + i * page_size_;
+    const std::size_t lo = std::max(start, addr);
+    const std::size_t hi = std::min(start + page_size_, addr + size);
+    (seg->pages[i].phys->host ? *host_bytes : *device_bytes) += hi - lo;
+  }
+  return Error::ok;
+}
+
+}  // namespace cudalloc
