@@ -3,9 +3,24 @@
 #
 #   scripts/gpu_check.sh [BUILD_DIR]      (BUILD_DIR: an already-built Release tree, default build-gpu)
 #
-# Steps: nvidia-smi -L, the GPU test (cudalloc_gpu_test), the benchmark (cudalloc-bench, JSON
-# into $OUT/bench.json), and the PyTorch scripts tests/python/test_torch_train.py and
-# tools/bench/torch_empty_bench.py when they exist (with CUDALLOC_LIBRARY and PYTHONPATH set).
+# Steps, in running order (GPU_STEPS="NAME ..." runs only those named; nvidia-smi always runs):
+#   gpu-test         tests/gpu/cudalloc_gpu_test, also with page_slack:0 and with vmm:0
+#   bench            cudalloc-bench, JSON into $OUT/bench.json
+#   torch-train, torch-empty, torch-snapshot
+#                    tests/python/test_torch_train.py, tools/bench/torch_empty_bench.py,
+#                    tests/python/test_snapshot_tools.py (with CUDALLOC_LIBRARY and PYTHONPATH)
+#   torch-workloads  tools/bench/torch_workloads.py, JSON into $OUT/torch_workloads.json
+#   examples-pytorch examples/pytorch/train_with_cudalloc.py, snapshot_on_oom.py $OUT
+#   offload-adamw    examples/offload/adamw_offload.py, JSON into $OUT/adamw_offload.json
+#   offload-limit    torch_workloads.py gpt2_train with cudalloc at 0.6 x native's peak and
+#                    offload:host, JSON into $OUT/offload_limit.json; then a check: no OOM,
+#                    spills > 0, peak reserved within the limit, losses as native's
+#   training-loop    examples/c_api/training_loop.c
+#   preload          examples/preload/churn.cu with and without LD_PRELOAD, and its snapshot
+#   offload-preload  examples/offload/oversubscribe.cu (3 GiB) without LD_PRELOAD, then under
+#                    LD_PRELOAD with limit:1G,offload:host; its snapshot must show spills > 0
+#   frameworks       tests/python/preload_frameworks.py
+#   sanitizer        compute-sanitizer memcheck and racecheck on the GPU test
 # Everything is also written to $OUT/gpu_check.log (OUT defaults to ./gpu-check-out); a
 # summary table (PASS / FAIL / SKIP per step; exit 77 means SKIP) comes last and goes to
 # $OUT/summary.txt as well. Every step runs even after a failure; the exit status is 1 when
@@ -18,7 +33,8 @@ mkdir -p "$OUT"
 LOG=$OUT/gpu_check.log
 : >"$LOG"
 
-# Per-step wall-clock limits (s); together they stay under a 10-minute device call.
+# Per-step wall-clock limits (s). All steps together take longer than one 10-minute device
+# call: choose a subset with GPU_STEPS.
 LIMIT_SMI=30
 LIMIT_GPU_TEST=90
 LIMIT_BENCH=120
@@ -30,6 +46,10 @@ LIMIT_CHURN=60
 LIMIT_FRAMEWORKS=300
 LIMIT_SANITIZER=150
 LIMIT_TORCH_WORKLOADS=480
+LIMIT_EXAMPLES=120
+LIMIT_OFFLOAD_PRELOAD=120
+LIMIT_OFFLOAD_ADAMW=300
+LIMIT_OFFLOAD_LIMIT=420
 
 # GPU_STEPS="bench preload ..." runs only the named steps (default: all).
 want() { [ -z "${GPU_STEPS:-}" ] || [[ " $GPU_STEPS " == *" $1 "* ]]; }
@@ -104,15 +124,51 @@ run_binary_step() {  # NAME LIMIT BINARY ARGS...
   run_step "$name" "$limit" env LD_LIBRARY_PATH="$libpath" "$binary" "$@"
 }
 
-run_python_step() {  # NAME LIMIT SCRIPT
+run_python_step() {  # NAME LIMIT SCRIPT [ARGS...]
   local name=$1 limit=$2 script=$3
+  shift 3
   if [ ! -f "$script" ]; then
     skip_step "$name" "$script does not exist"
     return
   fi
   run_step "$name" "$limit" env CUDALLOC_LIBRARY="$BUILD/libcudalloc.so" \
-    PYTHONPATH="tools/python${PYTHONPATH:+:$PYTHONPATH}" OUT="$OUT" python3 "$script"
+    PYTHONPATH="tools/python${PYTHONPATH:+:$PYTHONPATH}" OUT="$OUT" python3 "$script" "$@"
 }
+
+# python3 -c checks of the offload steps' outputs (argument: the file to read).
+CHECK_OFFLOAD_SNAPSHOT='
+import json, sys
+s = json.load(open(sys.argv[1]))["cudalloc"]["devices"][0]["stats"]
+get = lambda name, field: s.get(name, {}).get(field, 0)
+print({n: get(n, "total") for n in ("allocated_count", "spills", "page_offloads", "page_prefetches")},
+      {n + " peak": get(n, "peak") for n in ("reserved_bytes", "host_reserved_bytes", "host_active_bytes")})
+ok = get("spills", "total") > 0 and 0 < get("reserved_bytes", "peak") <= (1 << 30)
+sys.exit(0 if ok else 1)'
+CHECK_OFFLOAD_LIMIT='
+import json, sys
+doc = json.load(open(sys.argv[1]))
+runs = [r for r in doc["runs"] if r["mode"] == "cudalloc"]
+row = doc["rows"][0] if doc["rows"] else {}
+diff = (row.get("values_vs_native") or {}).get("cudalloc")
+problems = [] if runs else ["no cudalloc run"]
+for r in runs:
+    c = r.get("counters_end") or {}
+    limit, peak = r.get("limit_bytes"), r.get("peak_reserved")
+    print({"status": r["status"], "message": r.get("message", ""), "limit": limit,
+           "peak_reserved": peak, "losses_vs_native": diff,
+           "step_time_vs_native_pct": row.get("step_time_vs_native_pct"),
+           **{n: c.get(n) for n in ("spills", "page_offloads", "page_prefetches")}})
+    if r["status"] != "ok":
+        problems.append("cudalloc run " + r["status"])
+    if not c.get("spills"):
+        problems.append("no spills")
+    if limit and peak and peak > limit:
+        problems.append("peak reserved above the limit")
+if diff is None or diff["max_rel"] > 1e-3:
+    problems.append("losses differ from native")
+print("FAIL: " + ", ".join(problems) if problems else "OK")
+sys.exit(1 if problems else 0)'
+
 
 print_summary() {  # returns 1 when a step failed
   local i failed=0
@@ -147,6 +203,8 @@ if want gpu-test; then
     # taken), and plain segments.
     run_binary_step gpu-test-page-moves "$LIMIT_GPU_TEST" env CUDALLOC_CONF=page_slack:0 "$GPU_TEST"
     run_binary_step gpu-test-plain "$LIMIT_GPU_TEST" env CUDALLOC_CONF=vmm:0 "$GPU_TEST"
+    # The host tier: spilling past a device budget, promotion, kernels on host-backed pages.
+    run_binary_step gpu-test-offload "$LIMIT_GPU_TEST" env CUDALLOC_CONF=offload:host "$GPU_TEST"
   else
     fail_step gpu-test "cudalloc_gpu_test not found under $BUILD"
   fi
@@ -170,6 +228,23 @@ if want torch-workloads; then
     --json "$OUT/torch_workloads.json"
 fi
 
+if want examples-pytorch; then
+  run_python_step example-train "$LIMIT_EXAMPLES" examples/pytorch/train_with_cudalloc.py
+  run_python_step example-oom "$LIMIT_EXAMPLES" examples/pytorch/snapshot_on_oom.py "$OUT"
+fi
+if want offload-adamw; then
+  run_python_step offload-adamw "$LIMIT_OFFLOAD_ADAMW" examples/offload/adamw_offload.py \
+    --child-timeout 140 --json "$OUT/adamw_offload.json"
+fi
+if want offload-limit; then
+  rm -f "$OUT/offload_limit.json"
+  run_step offload-limit "$LIMIT_OFFLOAD_LIMIT" env CUDALLOC_LIBRARY="$BUILD/libcudalloc.so" \
+    PYTHONPATH="tools/python${PYTHONPATH:+:$PYTHONPATH}" python3 tools/bench/torch_workloads.py \
+    --workloads gpt2_train --modes native,cudalloc --limit-fraction 0.6 --conf offload:host \
+    --deterministic --steps 8 --child-timeout 200 --json "$OUT/offload_limit.json"
+  run_step offload-limit-ok "$LIMIT_SMI" python3 -c "$CHECK_OFFLOAD_LIMIT" "$OUT/offload_limit.json"
+fi
+
 LOOP=$(find_binary training_loop training_loop)
 if want training-loop; then
   if [ -n "$LOOP" ]; then
@@ -191,6 +266,22 @@ if want preload; then
     run_step churn-served "$LIMIT_SMI" python3 -c "import json,sys; s=json.load(open('$OUT/churn_snapshot.json'))['cudalloc']['devices'][0]['stats']; print({k: s[k]['total'] for k in ('allocated_count','device_allocs','cache_hits','pending_frees')}); sys.exit(0 if s['allocated_count']['total'] >= 6000 else 1)"
   else
     fail_step preload "preload_churn or libcudalloc_preload.so missing under $BUILD"
+  fi
+fi
+# Host offload: a program whose 3 GiB working set is 3x the 1 GiB budget cudalloc is given;
+# without LD_PRELOAD it must run too (a plain cudaMalloc of 3 GiB).
+OVERSUB=$(find_binary offload_oversubscribe offload_oversubscribe)
+if want offload-preload; then
+  if [ -n "$OVERSUB" ] && [ -f "$PRELOAD" ]; then
+    rm -f "$OUT/offload_snapshot.json"
+    run_step offload-plain "$LIMIT_OFFLOAD_PRELOAD" "$OVERSUB" 24 128
+    run_step offload-preload "$LIMIT_OFFLOAD_PRELOAD" env LD_PRELOAD="$PRELOAD" \
+      CUDALLOC_CONF="limit:1G,offload:host,snapshot_at_exit:$OUT/offload_snapshot.json" \
+      "$OVERSUB" 24 128
+    run_step offload-spilled "$LIMIT_SMI" python3 -c "$CHECK_OFFLOAD_SNAPSHOT" \
+      "$OUT/offload_snapshot.json"
+  else
+    fail_step offload-preload "offload_oversubscribe or libcudalloc_preload.so missing under $BUILD"
   fi
 fi
 if want frameworks; then

@@ -20,6 +20,8 @@ snapshot = os.path.join(out_dir, "oom_snapshot.json")
 # A 1 GiB cap, a trace of the last 100,000 events, and the snapshot on out-of-memory. The
 # configuration is read when cudalloc starts, so it is set before enable().
 os.environ["CUDALLOC_CONF"] = f"limit:1G,trace:100000,snapshot_on_oom:{snapshot}"
+if os.path.exists(snapshot):
+    os.remove(snapshot)  # so that the check below sees this run's snapshot
 
 import cudalloc  # noqa: E402
 
@@ -37,9 +39,22 @@ except RuntimeError as error:  # PyTorch raises cudalloc's failure as a RuntimeE
 else:
     sys.exit("expected an out-of-memory error under the 1 GiB cap")
 
+if not os.path.isfile(snapshot):
+    sys.exit(f"no snapshot at {snapshot}: was snapshot_on_oom taken from CUDALLOC_CONF?")
 print(f"snapshot written: {snapshot} ({os.path.getsize(snapshot)} bytes)")
-cli = shutil.which("cudalloc") or os.path.join(HERE, "..", "..", "build", "cudalloc")
-if os.path.exists(cli):
+
+
+def find_cli():
+    """The `cudalloc` tool: on PATH, next to the library in use, or in the checkout's build/."""
+    library_dir = os.path.dirname(cudalloc.library_path())
+    places = [shutil.which("cudalloc"),
+              os.path.join(library_dir, "cudalloc") if library_dir else None,
+              os.path.join(HERE, "..", "..", "build", "cudalloc")]
+    return next((p for p in places if p and os.path.isfile(p) and os.access(p, os.X_OK)), None)
+
+
+cli = find_cli()
+if cli:
     page = os.path.join(out_dir, "oom_snapshot.html")
     subprocess.run([cli, "view", snapshot, "-o", page], check=True)
     print(f"open {page} in a browser to see the segments and the timeline up to the failure")

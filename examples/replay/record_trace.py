@@ -13,6 +13,8 @@ import sys
 
 import torch
 
+if len(sys.argv) not in (2, 3):
+    sys.exit(__doc__)
 path = sys.argv[1]
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 torch.manual_seed(0)

@@ -22,7 +22,8 @@ Per run: peak reserved and peak allocated bytes (native / expandable: torch.cuda
 cudalloc: stats()["reserved_bytes"|"allocated_bytes"]["peak"]), the time of each step between
 two torch.cuda.synchronize() calls (the first 2 steps are warm-up, left out of the median),
 each step's loss (inference: a checksum of the outputs) to compare with native, and for
-cudalloc the per-step deltas of page_maps, page_unmaps, page_waits and device_allocs.
+cudalloc the per-step deltas of page_maps, page_unmaps, page_waits, device_allocs and (host
+tier, offload:host) spills, page_offloads, page_prefetches.
 
 --repeat R runs native and cudalloc R times, interleaved (expandable once), to show machine
 noise. --limit-fraction F gives cudalloc limit = F x the workload's native peak reserved from
@@ -56,7 +57,8 @@ WARMUP = 2
 MODES = ["native", "expandable", "cudalloc"]
 EXPANDABLE_CONF = "expandable_segments:True"
 CUDALLOC_COUNTERS = ["page_maps", "page_unmaps", "page_waits", "device_allocs",
-                     "device_frees", "alloc_retries", "ooms"]
+                     "device_frees", "alloc_retries", "ooms", "spills", "page_offloads",
+                     "page_prefetches"]
 TORCH_COUNTERS = ["num_device_alloc", "num_device_free", "num_alloc_retries", "num_ooms"]
 GIB = float(1 << 30)
 
