@@ -4,8 +4,9 @@
 #   scripts/gpu_check.sh [BUILD_DIR]      (BUILD_DIR: an already-built Release tree, default build-gpu)
 #
 # Steps, in running order (GPU_STEPS="NAME ..." runs only those named; nvidia-smi always runs):
-#   gpu-test         tests/gpu/cudalloc_gpu_test, also with page_slack:0 and with vmm:0
+#   gpu-test         tests/gpu/cudalloc_gpu_test, also with page_slack:0, vmm:0 and offload:host
 #   bench            cudalloc-bench, JSON into $OUT/bench.json
+#   page-moves       page-move-bench: the driver calls behind moving pages, and whole moves
 #   torch-train, torch-empty, torch-snapshot
 #                    tests/python/test_torch_train.py, tools/bench/torch_empty_bench.py,
 #                    tests/python/test_snapshot_tools.py (with CUDALLOC_LIBRARY and PYTHONPATH)
@@ -216,6 +217,15 @@ if want bench; then
     run_binary_step bench "$LIMIT_BENCH" "$BENCH" --json "$OUT/bench.json"
   else
     fail_step bench "cudalloc-bench not found under $BUILD"
+  fi
+fi
+
+PAGE_MOVES=$(find_binary tools/bench/page-move-bench page-move-bench)
+if want page-moves; then
+  if [ -n "$PAGE_MOVES" ]; then
+    run_binary_step page-moves "$LIMIT_BENCH" "$PAGE_MOVES" 256
+  else
+    fail_step page-moves "page-move-bench not found under $BUILD"
   fi
 fi
 

@@ -25,14 +25,21 @@ Error DeviceAllocator::allocate_large(StreamPool& pool, std::size_t size, bool s
                                       Block** out) {
   const std::size_t rounded = round_up(size, kBlockRound);
   Block* block = take_free_block(pool, rounded);
-  if (block == nullptr && spill_ != Spill::host_segments) block = steal_segment(pool, rounded);
+  if (block != nullptr && spill_ == Spill::host_segments && block->segment->paged()) {
+    // A paged spill segment from before the driver refused host-located pages: not usable.
+    insert_free(pool, block);
+    block = nullptr;
+  }
+  if (block == nullptr && spill_ == Spill::off) block = steal_segment(pool, rounded);
   if (block == nullptr && !may_grow_) return Error::out_of_memory;
   if (block == nullptr) {
     const Error err = new_segment(pool, rounded, slab, &block);
     if (err != Error::ok) return err;
   }
   split(pool, block, rounded);
-  if (block->segment->host) stats_.host_active_bytes.increase(static_cast<std::int64_t>(block->size));
+  if (block->segment->pinned) {
+    stats_.host_active_bytes.increase(static_cast<std::int64_t>(block->size));
+  }
   if (block->segment->paged()) {
     const Error err = use_pages(block->segment, block->addr, block->size);
     if (err != Error::ok) {
@@ -46,18 +53,18 @@ Error DeviceAllocator::allocate_large(StreamPool& pool, std::size_t size, bool s
 }
 
 void DeviceAllocator::insert_free(StreamPool& pool, Block* block) {
-  (block->segment->host ? pool.host_free_blocks : pool.free_blocks).insert(block);
+  (block->segment->spill ? pool.spill_free_blocks : pool.free_blocks).insert(block);
   stats_.cached_count.count();
 }
 
 void DeviceAllocator::erase_free(StreamPool& pool, Block* block) {
-  (block->segment->host ? pool.host_free_blocks : pool.free_blocks).erase(block);
+  (block->segment->spill ? pool.spill_free_blocks : pool.free_blocks).erase(block);
   stats_.cached_count.decrease(1);
 }
 
 Block* DeviceAllocator::take_free_block(StreamPool& pool, std::size_t size) {
-  // Host segments serve only requests spilled to them.
-  FreeBins& bins = spill_ == Spill::host_segments ? pool.host_free_blocks : pool.free_blocks;
+  // Spill segments serve only spilled requests, and spilled requests only come from them.
+  FreeBins& bins = spill_ != Spill::off ? pool.spill_free_blocks : pool.free_blocks;
   Block* block = bins.best_fit(size);
   if (block != nullptr) erase_free(pool, block);
   return block;
@@ -79,7 +86,7 @@ Block* DeviceAllocator::steal_segment(StreamPool& pool, std::size_t size) {
     if (other.get() == &pool) continue;
     for (Segment* seg : other->segments) {
       // Paged segments never move: their idle pages do (page_pool.cpp).
-      if (!seg->paged() && !seg->host && seg->size >= size && seg->wholly_free() &&
+      if (!seg->paged() && !seg->pinned && seg->size >= size && seg->wholly_free() &&
           (best == nullptr || seg->size < best->size)) {
         best = seg;
       }
@@ -133,8 +140,10 @@ Error DeviceAllocator::new_segment(StreamPool& pool, std::size_t size, bool slab
   if (paged()) {
     Segment* seg = nullptr;
     const Error err = new_paged_segment(pool, size, &seg);
-    if (err == Error::ok) *out = seg->first;
-    return err;
+    if (err != Error::ok) return err;
+    seg->spill = spill_ != Spill::off;  // before split() puts the rest in the spill bins
+    *out = seg->first;
+    return Error::ok;
   }
   const std::size_t cap = reserve_cap();
   const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.current);
@@ -188,7 +197,9 @@ void DeviceAllocator::split(StreamPool& pool, Block* block, std::size_t size) {
 
 void DeviceAllocator::free_block(Block* block) {
   if (block->segment->paged()) unuse_pages(block->segment, block->addr, block->size);
-  if (block->segment->host) stats_.host_active_bytes.decrease(static_cast<std::int64_t>(block->size));
+  if (block->segment->pinned) {
+    stats_.host_active_bytes.decrease(static_cast<std::int64_t>(block->size));
+  }
   block->state = Block::State::free;
   block->requested = 0;
   merge_free(block);
@@ -218,7 +229,7 @@ std::size_t DeviceAllocator::release_free_segments() {
   bool any = false;
   for (auto& [stream, pool] : pools_) {
     for (Segment* seg : pool->segments) {
-      any = any || (!seg->paged() && !seg->host && seg->wholly_free());
+      any = any || (!seg->paged() && !seg->pinned && seg->wholly_free());
     }
   }
   if (!any) return 0;
@@ -232,7 +243,7 @@ std::size_t DeviceAllocator::release_free_segments() {
     auto& segs = pool->segments;
     for (auto it = segs.begin(); it != segs.end();) {
       Segment* seg = *it;
-      if (seg->paged() || seg->host || !seg->wholly_free() ||
+      if (seg->paged() || seg->pinned || !seg->wholly_free() ||
           device_.free(ordinal_, reinterpret_cast<void*>(seg->base)) != device::Status::ok) {
         ++it;
         continue;

@@ -41,7 +41,7 @@ void DeviceAllocator::drop_everything() {
       }
       if (seg->paged()) {
         drop_paged_segment(seg);
-      } else if (seg->host) {
+      } else if (seg->pinned) {
         device_.host_free(reinterpret_cast<void*>(seg->base));
       } else {
         device_.free(ordinal_, reinterpret_cast<void*>(seg->base));
@@ -50,10 +50,14 @@ void DeviceAllocator::drop_everything() {
     }
   }
   for (PhysicalPage* phys : physical_pages_) {
+    if (phys->home != 0) device_.unmap(phys->home, page_size_);
     device_.release_physical(phys->handle);
     delete phys;
   }
   physical_pages_.clear();
+  for (std::uintptr_t chunk : home_chunks_) device_.unreserve(chunk, kHomeChunkPages * page_size_);
+  home_chunks_.clear();
+  free_homes_.clear();
   chronic_pages_ = 0;
   if (staging_va_ != 0) device_.unreserve(staging_va_, page_size_ * kStagingPages);
   device_idle_ = IdleList{};
@@ -129,7 +133,9 @@ Error DeviceAllocator::allocate(std::size_t size, StreamHandle stream, void** pt
 
 Error DeviceAllocator::try_allocate(StreamPool& pool, std::size_t size, std::uintptr_t* addr,
                                     std::uintptr_t* owner) {
-  if (size <= classes_.slab_max()) {
+  // Spilled requests get blocks of spill segments, small ones too: a slab there would serve
+  // later requests that fit the device from the host tier.
+  if (size <= classes_.slab_max() && spill_ == Spill::off) {
     Slab* slab = nullptr;
     const Error err = allocate_small(pool, size, addr, &slab);
     *owner = reinterpret_cast<std::uintptr_t>(slab) | kSlabTag;

@@ -173,6 +173,8 @@ class DeviceAllocator {
   static constexpr double kChronicShare = 0.25;  // of page_slack
   Error acquire_physical(bool conflict, bool chronic, PhysicalPage** out);
   Error map_physical(Page& page, PhysicalPage& phys);
+  // map_physical without the access grant (the caller grants it, maybe for many pages).
+  Error attach_physical(Page& page, PhysicalPage& phys);
   Error grant_access(Page& page);
   Error unmap_page(Page& page);
   bool wait_until_settled(StreamPool& pool, std::uint64_t epoch);
@@ -206,7 +208,22 @@ class DeviceAllocator {
   Error move_batch(const std::vector<Page*>& pages, bool to_host, StreamHandle stream);
   Error stage_batch(const std::vector<PhysicalPage*>& fresh, std::size_t* staged);
   void unstage(std::size_t staged);
-  Error swap_backing(Page& page, PhysicalPage& fresh);
+  // The address each new page is written at (mapping staging slots where needed), after
+  // ordering `stream` behind the new pages' last users.
+  Error prepare_targets(const std::vector<PhysicalPage*>& fresh, StreamHandle stream,
+                        std::vector<std::uintptr_t>& targets, std::size_t* staged);
+  Error copy_pages(const std::vector<Page*>& pages, const std::vector<std::uintptr_t>& targets,
+                   StreamHandle stream);
+  // Host pages keep a mapping of their own ("home"), so that moves write them without staging.
+  void map_home(PhysicalPage& phys);
+  void unmap_home(PhysicalPage& phys);
+  // Swaps the backing of pages[first, last) (consecutive addresses) to fresh[first, last);
+  // done[k] tells which pages now live on their fresh page.
+  Error swap_run(const std::vector<Page*>& pages, const std::vector<PhysicalPage*>& fresh,
+                 std::size_t first, std::size_t last, std::vector<char>& done);
+  Error undo_swap(Page& page, PhysicalPage& fresh, PhysicalPage& old);
+  // Grants access to `count` pages mapped from `va` on: one call, else page by page.
+  bool grant_range(std::uintptr_t va, std::size_t count);
   Error wait_for_stream(StreamHandle stream);
   void maybe_promote();
   Error promote_locked();
@@ -288,6 +305,11 @@ class DeviceAllocator {
   bool promoting_ = false;
   // Staging addresses for migration: pages are copied into their new backing mapped here.
   std::uintptr_t staging_va_ = 0;
+  // Address ranges for host pages' home mappings (kHomeChunkPages pages each), and the slots
+  // of them no host page uses.
+  static constexpr std::size_t kHomeChunkPages = 512;
+  std::vector<std::uintptr_t> home_chunks_;
+  std::vector<std::uintptr_t> free_homes_;
   std::uint64_t page_epoch_ = 0;
   std::size_t chronic_pages_ = 0;  // physical pages created for chronic conflicts
   Stats stats_;

@@ -17,16 +17,14 @@ namespace cudalloc {
 
 Error DeviceAllocator::spill(StreamPool& pool, std::size_t size, std::uintptr_t* addr,
                              std::uintptr_t* owner) {
-  Error err = Error::out_of_memory;
-  if (paged() && host_pages_supported_) {
-    spill_ = Spill::host_pages;
-    err = try_allocate(pool, size, addr, owner);
+  // Spilled requests go to spill segments of one kind only: paged ones where host-located
+  // pages can be created (known from the first one), pinned ones otherwise.
+  if (paged() && host_pages_supported_ && host_pages_ == 0) {
+    PhysicalPage* probe = nullptr;
+    if (create_page(device::Location::host, &probe) == Error::ok) idle_push(*probe);
   }
-  // host_pages_supported_ may have turned false during the attempt above.
-  if (err == Error::out_of_memory && !(paged() && host_pages_supported_)) {
-    spill_ = Spill::host_segments;
-    err = try_allocate(pool, size, addr, owner);
-  }
+  spill_ = paged() && host_pages_supported_ ? Spill::host_pages : Spill::host_segments;
+  const Error err = try_allocate(pool, size, addr, owner);
   spill_ = Spill::off;
   if (err == Error::ok) stats_.spills.count();
   return err;
@@ -49,7 +47,8 @@ Error DeviceAllocator::new_host_segment(StreamPool& pool, std::size_t size, Bloc
   auto* seg = new Segment;
   seg->base = reinterpret_cast<std::uintptr_t>(ptr);
   seg->size = bytes;
-  seg->host = true;
+  seg->spill = true;
+  seg->pinned = true;
   seg->pool = &pool;
   seg->first = new_block();
   seg->first->addr = seg->base;
@@ -66,7 +65,7 @@ Error DeviceAllocator::new_host_segment(StreamPool& pool, std::size_t size, Bloc
 std::size_t DeviceAllocator::release_host_segments() {
   bool any = false;
   for (auto& [stream, pool] : pools_) {
-    for (Segment* seg : pool->segments) any = any || (seg->host && seg->wholly_free());
+    for (Segment* seg : pool->segments) any = any || (seg->pinned && seg->wholly_free());
   }
   // Work queued before the frees may still use the memory: wait for all of it.
   if (!any || device_.synchronize(ordinal_) != device::Status::ok) return 0;
@@ -75,7 +74,7 @@ std::size_t DeviceAllocator::release_host_segments() {
     auto& segs = pool->segments;
     for (auto it = segs.begin(); it != segs.end();) {
       Segment* seg = *it;
-      if (!seg->host || !seg->wholly_free() ||
+      if (!seg->pinned || !seg->wholly_free() ||
           device_.host_free(reinterpret_cast<void*>(seg->base)) != device::Status::ok) {
         ++it;
         continue;

@@ -59,7 +59,7 @@ Error DeviceAllocator::move_allocation(void* ptr, StreamHandle stream, bool to_h
     return fail(Error::not_supported,
                 "device %d: %p cannot move: only allocations in paged segments (vmm) can, and "
                 "this one is in %s", ordinal_, ptr,
-                seg->host ? "pinned host memory" : "a plain segment");
+                seg->pinned ? "pinned host memory" : "a plain segment");
   }
   const auto [first, last] = seg->pages_under(addr, size, page_size_);
   std::vector<Page*> pages;
@@ -83,18 +83,35 @@ Error DeviceAllocator::move_pages(std::vector<Page*> pages, bool to_host, Stream
   return Error::ok;
 }
 
+namespace {
+
+// The end of the run of pages with consecutive addresses that starts at `first`.
+std::size_t run_end(const std::vector<Page*>& pages, std::size_t first) {
+  std::size_t end = first + 1;
+  while (end < pages.size() && pages[end]->segment == pages[first]->segment &&
+         pages[end] - pages[first] == static_cast<std::ptrdiff_t>(end - first)) {
+    ++end;
+  }
+  return end;
+}
+
+}  // namespace
+
 Error DeviceAllocator::move_batch(const std::vector<Page*>& pages, bool to_host,
                                   StreamHandle stream) {
   // 1. New backing: host pages within host_limit, or device pages within the cap.
   std::vector<PhysicalPage*> fresh;
-  auto give_back = [&](std::size_t from) {
-    for (std::size_t k = from; k < fresh.size(); ++k) idle_push(*fresh[k]);
+  std::vector<char> done(pages.size(), 0);
+  auto give_back = [&] {
+    for (std::size_t k = 0; k < fresh.size(); ++k) {
+      if (!done[k]) idle_push(*fresh[k]);
+    }
   };
   for (std::size_t k = 0; k < pages.size(); ++k) {
     PhysicalPage* phys = nullptr;
     const Error err = to_host ? acquire_host_page(&phys) : acquire_physical(false, false, &phys);
     if (err != Error::ok) {
-      give_back(0);
+      give_back();
       if (err != Error::out_of_memory) return err;
       if (to_host && !host_pages_supported_) {
         return fail(Error::not_supported,
@@ -106,34 +123,80 @@ Error DeviceAllocator::move_batch(const std::vector<Page*>& pages, bool to_host,
     }
     fresh.push_back(phys);
   }
+  // 2-3. Copy into the new pages, then wait for the copies and everything before them.
   std::size_t staged = 0;
-  Error err = stage_batch(fresh, &staged);
-  // 2-3. Copy, then wait for the copies and everything queued before them.
-  for (std::size_t k = 0; err == Error::ok && k < pages.size(); ++k) {
-    const auto status = device_.copy(ordinal_, staging_va_ + k * page_size_,
-                                     page_address(*pages[k]), page_size_, stream);
-    if (status != device::Status::ok) {
-      err = fail(Error::device_error, "device %d: copying a page for a move failed: %s %s",
-                 ordinal_, device::status_name(status), device_.last_failure());
-    }
-  }
+  std::vector<std::uintptr_t> targets(pages.size());
+  Error err = prepare_targets(fresh, stream, targets, &staged);
+  if (err == Error::ok) err = copy_pages(pages, targets, stream);
   if (err == Error::ok) err = wait_for_stream(stream);
-  if (err != Error::ok) {
-    unstage(staged);
-    give_back(0);
-    return err;
-  }
-  // 4. Swap each page's backing.
-  std::size_t moved = 0;
-  for (; moved < pages.size(); ++moved) {
-    err = swap_backing(*pages[moved], *fresh[moved]);
-    if (err != Error::ok) break;
+  // 4. Swap the backing, run by run.
+  for (std::size_t k = 0; err == Error::ok && k < pages.size();) {
+    const std::size_t end = run_end(pages, k);
+    err = swap_run(pages, fresh, k, end, done);
+    k = end;
   }
   unstage(staged);
-  give_back(moved);  // the pages not moved (on a failure) never got their new backing
-  (to_host ? stats_.page_offloads : stats_.page_prefetches).increase(
-      static_cast<std::int64_t>(moved));
+  give_back();
+  std::int64_t moved = 0;
+  for (char d : done) moved += d;
+  (to_host ? stats_.page_offloads : stats_.page_prefetches).increase(moved);
   return err;
+}
+
+Error DeviceAllocator::prepare_targets(const std::vector<PhysicalPage*>& fresh,
+                                       StreamHandle stream, std::vector<std::uintptr_t>& targets,
+                                       std::size_t* staged) {
+  // A new page may have been used by another stream until recently (an idle page): the copy
+  // into it comes after that work.
+  std::vector<StreamHandle> ordered;
+  for (PhysicalPage* phys : fresh) {
+    if (phys->last_pool == nullptr || phys->last_pool->stream == stream) continue;
+    if (std::find(ordered.begin(), ordered.end(), phys->last_pool->stream) != ordered.end()) {
+      continue;
+    }
+    ordered.push_back(phys->last_pool->stream);
+    order_after_stream(phys->last_pool->stream, stream);
+  }
+  // Where each is written: a host page's home mapping, a mapping an idle device page keeps at
+  // an address nobody uses, or else a staging slot.
+  std::vector<std::size_t> need_staging;
+  for (std::size_t k = 0; k < fresh.size(); ++k) {
+    targets[k] = fresh[k]->home;
+    for (const Page* m : fresh[k]->mappings) {
+      if (targets[k] == 0 && m->accessible) targets[k] = page_address(*m);
+    }
+    if (targets[k] == 0) need_staging.push_back(k);
+  }
+  if (need_staging.empty()) return Error::ok;
+  std::vector<PhysicalPage*> to_stage;
+  for (std::size_t k : need_staging) to_stage.push_back(fresh[k]);
+  if (const Error err = stage_batch(to_stage, staged); err != Error::ok) return err;
+  for (std::size_t i = 0; i < need_staging.size(); ++i) {
+    targets[need_staging[i]] = staging_va_ + i * page_size_;
+  }
+  return Error::ok;
+}
+
+Error DeviceAllocator::copy_pages(const std::vector<Page*>& pages,
+                                  const std::vector<std::uintptr_t>& targets,
+                                  StreamHandle stream) {
+  // Consecutive pages whose targets are consecutive too are one copy.
+  for (std::size_t k = 0; k < pages.size();) {
+    std::size_t end = k + 1;
+    while (end < pages.size() &&
+           page_address(*pages[end]) == page_address(*pages[end - 1]) + page_size_ &&
+           targets[end] == targets[end - 1] + page_size_) {
+      ++end;
+    }
+    const auto status = device_.copy(ordinal_, targets[k], page_address(*pages[k]),
+                                     (end - k) * page_size_, stream);
+    if (status != device::Status::ok) {
+      return fail(Error::device_error, "device %d: copying pages for a move failed: %s %s",
+                  ordinal_, device::status_name(status), device_.last_failure());
+    }
+    k = end;
+  }
+  return Error::ok;
 }
 
 Error DeviceAllocator::stage_batch(const std::vector<PhysicalPage*>& fresh, std::size_t* staged) {
@@ -147,17 +210,54 @@ Error DeviceAllocator::stage_batch(const std::vector<PhysicalPage*>& fresh, std:
   }
   for (*staged = 0; *staged < fresh.size(); ++*staged) {
     const std::uintptr_t va = staging_va_ + *staged * page_size_;
-    auto status = device_.map(va, page_size_, fresh[*staged]->handle, 0);
-    if (status == device::Status::ok) {
-      status = device_.set_access(ordinal_, va, page_size_);
-      if (status != device::Status::ok) device_.unmap(va, page_size_);
-    }
+    const auto status = device_.map(va, page_size_, fresh[*staged]->handle, 0);
     if (status != device::Status::ok) {
       return fail(Error::device_error, "device %d: mapping a staging page failed: %s %s",
                   ordinal_, device::status_name(status), device_.last_failure());
     }
   }
+  if (!grant_range(staging_va_, fresh.size())) {
+    return fail(Error::device_error, "device %d: granting access to staging pages failed: %s",
+                ordinal_, device_.last_failure());
+  }
   return Error::ok;
+}
+
+void DeviceAllocator::map_home(PhysicalPage& phys) {
+  // Without a home the page is written through a staging slot: slower, never wrong.
+  if (free_homes_.empty()) {
+    std::uintptr_t chunk = 0;
+    if (device_.reserve(ordinal_, kHomeChunkPages * page_size_, &chunk) != device::Status::ok) {
+      return;
+    }
+    home_chunks_.push_back(chunk);
+    for (std::size_t i = kHomeChunkPages; i-- > 0;) free_homes_.push_back(chunk + i * page_size_);
+  }
+  const std::uintptr_t va = free_homes_.back();
+  if (device_.map(va, page_size_, phys.handle, 0) != device::Status::ok) return;
+  if (device_.set_access(ordinal_, va, page_size_) != device::Status::ok) {
+    if (device_.unmap(va, page_size_) != device::Status::ok) free_homes_.pop_back();  // lost
+    return;
+  }
+  free_homes_.pop_back();
+  phys.home = va;
+}
+
+void DeviceAllocator::unmap_home(PhysicalPage& phys) {
+  if (phys.home == 0) return;
+  // A slot that cannot be unmapped is not used again.
+  if (device_.unmap(phys.home, page_size_) == device::Status::ok) free_homes_.push_back(phys.home);
+  phys.home = 0;
+}
+
+bool DeviceAllocator::grant_range(std::uintptr_t va, std::size_t count) {
+  if (device_.set_access(ordinal_, va, count * page_size_) == device::Status::ok) return true;
+  for (std::size_t k = 0; k < count; ++k) {
+    if (device_.set_access(ordinal_, va + k * page_size_, page_size_) != device::Status::ok) {
+      return false;
+    }
+  }
+  return true;
 }
 
 void DeviceAllocator::unstage(std::size_t staged) {
@@ -173,26 +273,68 @@ void DeviceAllocator::unstage(std::size_t staged) {
   }
 }
 
-Error DeviceAllocator::swap_backing(Page& page, PhysicalPage& fresh) {
-  PhysicalPage& old = *page.phys;
-  if (const Error err = unmap_page(page); err != Error::ok) return err;
-  clear_owner(old);
-  idle_push(old);
-  if (const Error err = map_physical(page, fresh); err != Error::ok) {
-    // Back onto the old page, which still holds the bytes.
-    idle_remove(old);
-    if (map_physical(page, old) != Error::ok) {
-      return fail(Error::device_error,
-                  "device %d: a page at %#zx lost its backing: moving it failed and mapping "
-                  "it back failed too (%s)", ordinal_,
-                  static_cast<std::size_t>(page_address(page)), device_.last_failure());
+Error DeviceAllocator::swap_run(const std::vector<Page*>& pages,
+                                const std::vector<PhysicalPage*>& fresh, std::size_t first,
+                                std::size_t last, std::vector<char>& done) {
+  Error err = Error::ok;
+  std::vector<PhysicalPage*> old(last - first);
+  std::size_t attached = first;
+  for (; attached < last; ++attached) {
+    Page& page = *pages[attached];
+    PhysicalPage& was = *page.phys;
+    if (err = unmap_page(page); err != Error::ok) break;  // still on its old page
+    clear_owner(was);
+    idle_push(was);
+    old[attached - first] = &was;
+    if (err = attach_physical(page, *fresh[attached]); err != Error::ok) {
+      idle_remove(was);
+      if (map_physical(page, was) != Error::ok) {
+        err = fail(Error::device_error,
+                   "device %d: a page at %#zx lost its backing: moving it failed and mapping "
+                   "it back failed too (%s)", ordinal_,
+                   static_cast<std::size_t>(page_address(page)), device_.last_failure());
+        idle_push(was);
+        break;
+      }
+      set_owner(was, &page);
+      break;
     }
-    set_owner(old, &page);
+    set_owner(*fresh[attached], &page);
+    fresh[attached]->last_pool = page.segment->pool;
+    done[attached] = 1;
+  }
+  if (attached == first) return err;
+  // One access grant for the run; page by page if that fails, undoing pages without access.
+  const std::uintptr_t va = page_address(*pages[first]);
+  if (device_.set_access(ordinal_, va, (attached - first) * page_size_) == device::Status::ok) {
+    for (std::size_t k = first; k < attached; ++k) pages[k]->accessible = true;
     return err;
   }
-  set_owner(fresh, &page);
-  fresh.last_pool = page.segment->pool;
-  return Error::ok;
+  for (std::size_t k = first; k < attached; ++k) {
+    if (grant_access(*pages[k]) == Error::ok) continue;
+    err = undo_swap(*pages[k], *fresh[k], *old[k - first]);
+    done[k] = pages[k]->phys == fresh[k] ? 1 : 0;  // 1 only if even the undo failed
+    if (err == Error::ok) err = fail(Error::device_error, "device %d: %s", ordinal_,
+                                     "granting access to a moved page failed");
+  }
+  return err;
+}
+
+Error DeviceAllocator::undo_swap(Page& page, PhysicalPage& fresh, PhysicalPage& old) {
+  // The page is mapped to `fresh` without access; `old` is idle and still holds the bytes.
+  if (unmap_page(page) == Error::ok) {
+    clear_owner(fresh);
+    idle_remove(old);
+    if (map_physical(page, old) == Error::ok) {
+      set_owner(old, &page);
+      return Error::ok;
+    }
+    idle_push(old);
+  }
+  return fail(Error::device_error,
+              "device %d: a page at %#zx lost its backing: granting access after a move failed "
+              "and restoring it failed too (%s)", ordinal_,
+              static_cast<std::size_t>(page_address(page)), device_.last_failure());
 }
 
 Error DeviceAllocator::wait_for_stream(StreamHandle stream) {
@@ -258,7 +400,7 @@ Error DeviceAllocator::residency(const void* ptr, std::size_t* device_bytes,
   if (const Error err = pages_of(ptr, &seg, &addr, &size); err != Error::ok) return err;
   *device_bytes = *host_bytes = 0;
   if (!seg->paged()) {
-    (seg->host ? *host_bytes : *device_bytes) = size;
+    (seg->pinned ? *host_bytes : *device_bytes) = size;
     return Error::ok;
   }
   const auto [first, last] = seg->pages_under(addr, size, page_size_);

@@ -232,6 +232,7 @@ Error DeviceAllocator::create_page(device::Location where, PhysicalPage** out) {
   if (host) {
     ++host_pages_;
     stats_.host_reserved_bytes.increase(bytes);
+    map_home(*phys);
   } else {
     stats_.reserved_bytes.increase(bytes);
     stats_.reserved_count.count();
@@ -257,6 +258,7 @@ bool DeviceAllocator::release_physical_page(PhysicalPage* phys) {
   if (phys->host) {
     --host_pages_;
     stats_.host_reserved_bytes.decrease(bytes);
+    unmap_home(*phys);
   } else {
     stats_.reserved_bytes.decrease(bytes);
     stats_.reserved_count.decrease(1);
@@ -268,6 +270,15 @@ bool DeviceAllocator::release_physical_page(PhysicalPage* phys) {
 }
 
 Error DeviceAllocator::map_physical(Page& page, PhysicalPage& phys) {
+  if (const Error err = attach_physical(page, phys); err != Error::ok) return err;
+  const Error err = grant_access(page);
+  // Without access the mapping is useless: undo it (if that fails too, it stays recorded,
+  // without access, for a later claim to grant or empty_cache to remove).
+  if (err != Error::ok) unmap_page(page);
+  return err;
+}
+
+Error DeviceAllocator::attach_physical(Page& page, PhysicalPage& phys) {
   const std::uintptr_t va = page_address(page);
   const auto status = device_.map(va, page_size_, phys.handle, 0);
   if (status != device::Status::ok) {
@@ -283,11 +294,7 @@ Error DeviceAllocator::map_physical(Page& page, PhysicalPage& phys) {
   if (trace_.enabled()) {
     trace_.record(TraceAction::segment_map, va, page_size_, page.segment->pool->stream);
   }
-  const Error err = grant_access(page);
-  // Without access the mapping is useless: undo it (if that fails too, it stays recorded,
-  // without access, for a later claim to grant or empty_cache to remove).
-  if (err != Error::ok) unmap_page(page);
-  return err;
+  return Error::ok;
 }
 
 Error DeviceAllocator::grant_access(Page& page) {

@@ -61,6 +61,7 @@ struct Page {
 struct PhysicalPage {
   device::PhysicalHandle handle = 0;
   bool host = false;  // host-located (the host tier), else device memory
+  std::uintptr_t home = 0;  // host pages: an accessible mapping outside every segment, or 0
   Page* owner = nullptr;
   StreamPool* last_pool = nullptr;  // the pool whose stream used it last
   std::vector<Page*> mappings;
@@ -73,9 +74,12 @@ struct PhysicalPage {
 struct Segment {
   std::uintptr_t base = 0;
   std::size_t size = 0;
-  // Pinned host memory mapped for the device (the host tier without host-located pages); its
-  // free blocks sit in the pool's host bins, out of reach of requests that fit the device.
-  bool host = false;
+  // Serves spilled requests only (the host tier): its free blocks sit in the pool's spill bins,
+  // out of reach of requests that fit the device, so that a workload spilling every step
+  // finds its spilled pages where it left them. Paged, or pinned host memory (below).
+  bool spill = false;
+  // Pinned host memory mapped for the device: the host tier without host-located pages.
+  bool pinned = false;
   StreamPool* pool = nullptr;
   Block* first = nullptr;
   // Paged segments: one entry per granule of [base, base + size); empty for plain segments.

@@ -142,7 +142,7 @@ DeviceState DeviceAllocator::state() const {
       s.base = seg->base;
       s.size = seg->size;
       s.stream = stream;
-      s.host_bytes = seg->host ? seg->size : 0;
+      s.host_bytes = seg->pinned ? seg->size : 0;
       for (const Block* b = seg->first; b != nullptr; b = b->next) describe(b, s.blocks, s);
       st.segments.push_back(std::move(s));
     }

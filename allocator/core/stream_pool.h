@@ -11,7 +11,7 @@ namespace cudalloc {
 struct StreamPool {
   StreamHandle stream = 0;
   FreeBins free_blocks;
-  FreeBins host_free_blocks;  // free blocks of host segments (Segment::host)
+  FreeBins spill_free_blocks;  // free blocks of spill segments (Segment::spill)
   std::vector<SlabClass> classes;
   std::vector<Segment*> segments;
   // Pages of this pool that became idle at or before this page epoch are no longer used by

@@ -63,11 +63,11 @@ void check_segment(Checker& c, const Segment* seg, const StreamPool& pool, Total
     c.expect(!(is_free && prev != nullptr && prev->state == Block::State::free),
              "adjacent free blocks at ", prev ? prev->addr : 0, " and ", b->addr,
              " were not coalesced");
-    const FreeBins& bins = seg->host ? pool.host_free_blocks : pool.free_blocks;
+    const FreeBins& bins = seg->spill ? pool.spill_free_blocks : pool.free_blocks;
     c.expect(is_free == bins.contains(b), "block at ",
              b->addr, is_free ? " is free but not in its pool's free set"
                               : " is in the free set but not free");
-    if (seg->host && !is_free) t.host_active += static_cast<std::int64_t>(b->size);
+    if (seg->pinned && !is_free) t.host_active += static_cast<std::int64_t>(b->size);
     if (b->state == Block::State::slab) {
       c.expect(b->slab != nullptr && b->slab->block == b, "slab block at ", b->addr,
                " does not point to its slab");
@@ -81,7 +81,8 @@ void check_segment(Checker& c, const Segment* seg, const StreamPool& pool, Total
   }
   c.expect(at == seg->base + seg->size, "segment at ", seg->base, " blocks do not cover it");
   if (seg->paged()) return;  // its pages are counted by check_pages
-  if (seg->host) {
+  c.expect(!seg->pinned || seg->spill, "pinned segment at ", seg->base, " is not a spill segment");
+  if (seg->pinned) {
     t.host_reserved += static_cast<std::int64_t>(seg->size);
     return;
   }
@@ -128,7 +129,7 @@ std::string DeviceAllocator::validate_locked() const {
       if (seg->paged()) check_pages(c, seg, page_size_, t);
     }
     c.expect(std::size_t(t.free_blocks - free_before) ==
-                 pool->free_blocks.size() + pool->host_free_blocks.size(),
+                 pool->free_blocks.size() + pool->spill_free_blocks.size(),
              "a pool's free bins hold blocks that are not free blocks of its segments");
     for (const SlabClass& cls : pool->classes) {
       std::size_t empty = 0;

@@ -38,7 +38,7 @@ Status FakeDevice::check_fault(CallKind kind) {
   const int k = static_cast<int>(kind);
   ++calls_[k];
   if (fault_at_[k] != 0 && calls_[k] == fault_at_[k]) {
-    fault_at_[k] = 0;
+    fault_at_[k] = --fault_count_[k] > 0 ? fault_at_[k] + 1 : 0;
     return fault_status_[k];
   }
   return Status::ok;

@@ -21,7 +21,8 @@
 //   completes when the work queued on its stream before the record has completed.
 //   stream_wait_event() is logged (waits()) and completing a stream first completes what it
 //   waits on.
-// - Faults: fail_call(kind, nth) makes the nth call of that kind from now fail.
+// - Faults: fail_call(kind, nth, status, count) makes `count` calls of that kind fail, from the
+//   nth from now on.
 #pragma once
 
 #include <map>
@@ -88,7 +89,7 @@ class FakeDevice final : public Device {
   bool stream_idle(int dev, StreamHandle stream);
 
   // The nth (1 = next) call of `kind` from now fails with `status`.
-  void fail_call(CallKind kind, int nth, Status status = Status::out_of_memory);
+  void fail_call(CallKind kind, int nth, Status status = Status::out_of_memory, int count = 1);
   void clear_faults();
   std::uint64_t calls(CallKind kind) const;
   std::size_t used_bytes(int dev) const;  // device memory taken (malloc + physical)
@@ -193,6 +194,7 @@ class FakeDevice final : public Device {
   std::uint64_t calls_[kCallKinds] = {};
   std::uint64_t fault_at_[kCallKinds] = {};  // absolute call number that fails, 0 = none
   Status fault_status_[kCallKinds] = {};
+  int fault_count_[kCallKinds] = {};  // consecutive calls that fail from fault_at_ on
 };
 
 // Parses "fake[:CAPACITY[:DEVICES]]" (the part after "fake" of CUDALLOC_DEVICE).

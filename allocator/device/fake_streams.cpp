@@ -172,11 +172,12 @@ bool FakeDevice::stream_idle(int dev, StreamHandle stream) {
   return s.completed == s.queued;
 }
 
-void FakeDevice::fail_call(CallKind kind, int nth, Status status) {
+void FakeDevice::fail_call(CallKind kind, int nth, Status status, int count) {
   std::lock_guard lock(mutex_);
   const int k = static_cast<int>(kind);
   fault_at_[k] = calls_[k] + static_cast<std::uint64_t>(std::max(nth, 1));
   fault_status_[k] = status;
+  fault_count_[k] = std::max(count, 1);
 }
 
 void FakeDevice::clear_faults() {

@@ -246,16 +246,23 @@ TEST_CASE("a fault in the middle of a move leaves the allocation valid", "[offlo
   const CallKind kind = GENERATE(CallKind::create_physical, CallKind::reserve, CallKind::map,
                                  CallKind::set_access, CallKind::copy, CallKind::unmap,
                                  CallKind::event_record, CallKind::event_synchronize);
-  const int nth = GENERATE(1, 2, 3, 4);
-  CAPTURE(device::call_kind_name(kind), nth);
+  const int nth = GENERATE(1, 2, 3, 4, 5, 6);
+  // Any one failed call is survived. Two in a row are survived where a range call falls back
+  // to page-by-page calls (set_access); a map that fails and then cannot map the old page
+  // back loses the page, and the call says so (not tested: that is not a valid state).
+  const int count = GENERATE(1, 2);
+  if (count == 2 && kind != CallKind::set_access) return;
+  CAPTURE(device::call_kind_name(kind), nth, count);
   Harness h(offload_settings(0));
   const std::size_t n = 3 * kPage;
   void* p = h.get(n, S);
   fill(p, n, 11);
   const bool to_host = nth % 2 == 1;
   if (!to_host) REQUIRE(h.alloc->offload(p, S) == Error::ok);
-  h.fake.fail_call(kind, nth, kind == CallKind::create_physical ? device::Status::out_of_memory
-                                                                : device::Status::device_error);
+  h.fake.fail_call(kind, nth,
+                   kind == CallKind::create_physical ? device::Status::out_of_memory
+                                                     : device::Status::device_error,
+                   count);
   const Error err = to_host ? h.alloc->offload(p, S) : h.alloc->prefetch(p, S);
   CAPTURE(err, last_error_message());
   h.check();
@@ -344,4 +351,34 @@ TEST_CASE("a workload that spills the same addresses every step maps nothing onc
   }
   CHECK(h.stats().page_maps.total + h.stats().page_unmaps.total == moves_before);
   CHECK(h.stats().spills.total == 12);
+}
+
+TEST_CASE("a move into an idle page waits for the stream that used the page last",
+          "[offload]") {
+  FakeDevice::Options o = fake_options();
+  o.manual_streams = true;
+  Harness h(offload_settings(0), o);
+  void* p = h.get(4 * MiB, S);
+  fill(p, 4 * MiB, 13);
+  REQUIRE(h.alloc->offload(p, S) == Error::ok);
+  // The device pages p left serve x on stream T, whose kernel is still queued when x is freed:
+  // the pages are idle, still mapped at x's address, last used by T.
+  void* x = h.get(4 * MiB, T);
+  h.fake.enqueue_work(0, T);
+  h.put(x);
+  REQUIRE_FALSE(h.fake.stream_idle(0, T));
+  const std::size_t waits_before = h.fake.waits().size();
+  REQUIRE(h.alloc->prefetch(p, S) == Error::ok);
+  h.check();
+  bool s_waited_for_t = false;
+  const auto waits = h.fake.waits();
+  for (std::size_t i = waits_before; i < waits.size(); ++i) {
+    s_waited_for_t = s_waited_for_t || (waits[i].waiter == S && waits[i].on == T);
+  }
+  CHECK(s_waited_for_t);
+  CHECK(h.fake.stream_idle(0, T));  // the host waited for the copy, which came after T's work
+  CHECK(residency(h, p).device == 4 * MiB);
+  CHECK(holds(p, 4 * MiB, 13));
+  CHECK(h.fake.bad_copies() == 0);
+  h.put(p);
 }

@@ -1,0 +1,155 @@
+// page-move-bench: what moving pages between device and host memory costs, call by call.
+//
+//   page-move-bench [PAGES]     (default 256 pages of the device's VMM granularity)
+//
+// Through cudalloc's own device layer (the calls the allocator makes), for physical pages on
+// the device and on the host: cuMemCreate, cuMemMap, cuMemSetAccess per page and for the whole
+// range in one call, cuMemUnmap, cuMemRelease; copies of the range between the two locations.
+// Then whole moves through the allocator: a live allocation of PAGES pages offloaded to host
+// memory and prefetched back (cudalloc_offload / cudalloc_prefetch's code path).
+// Prints microseconds per page and GB/s. Exit 77 without a GPU.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include "core/device_allocator.h"
+#include "device/cuda_device.h"
+
+using namespace cudalloc;
+using device::Location;
+using device::Status;
+
+namespace {
+
+double now_us() {
+  using namespace std::chrono;
+  return static_cast<double>(duration_cast<nanoseconds>(steady_clock::now().time_since_epoch())
+                                 .count()) / 1e3;
+}
+
+// Runs f(i) for every page and returns microseconds per page; false from f aborts.
+double per_page(std::size_t pages, const std::function<bool(std::size_t)>& f) {
+  const double start = now_us();
+  for (std::size_t i = 0; i < pages; ++i) {
+    if (!f(i)) {
+      std::printf("  (failed at page %zu)\n", i);
+      return -1;
+    }
+  }
+  return (now_us() - start) / static_cast<double>(pages);
+}
+
+bool ok(Status s) { return s == Status::ok; }
+
+struct Range {
+  std::uintptr_t va = 0;
+  std::vector<device::PhysicalHandle> handles;
+};
+
+// Creates, maps and grants `pages` pages of `where` memory; prints the cost of each call.
+bool build(device::Device& dev, Location where, std::size_t pages, std::size_t page, Range* r) {
+  const char* name = where == Location::host ? "host" : "device";
+  if (!ok(dev.reserve(0, pages * page, &r->va))) return false;
+  r->handles.resize(pages);
+  const double create = per_page(pages, [&](std::size_t i) {
+    return ok(dev.create_physical(0, page, where, &r->handles[i]));
+  });
+  const double map = per_page(pages, [&](std::size_t i) {
+    return ok(dev.map(r->va + i * page, page, r->handles[i], 0));
+  });
+  const double access_each = per_page(pages, [&](std::size_t i) {
+    return ok(dev.set_access(0, r->va + i * page, page));
+  });
+  const double start = now_us();
+  const bool range_ok = ok(dev.set_access(0, r->va, pages * page));
+  const double access_range = (now_us() - start) / static_cast<double>(pages);
+  std::printf("%-6s pages: create %7.1f us, map %6.1f us, set_access %6.1f us per page, "
+              "%6.2f us per page as one range call%s\n", name, create, map, access_each,
+              access_range, range_ok ? "" : " (FAILED)");
+  return create >= 0 && map >= 0 && access_each >= 0;
+}
+
+void tear_down(device::Device& dev, Range& r, std::size_t page, const char* name) {
+  const std::size_t pages = r.handles.size();
+  const double unmap = per_page(pages, [&](std::size_t i) {
+    return ok(dev.unmap(r.va + i * page, page));
+  });
+  const double release = per_page(pages, [&](std::size_t i) {
+    return ok(dev.release_physical(r.handles[i]));
+  });
+  dev.unreserve(r.va, pages * page);
+  std::printf("%-6s pages: unmap %6.1f us, release %7.1f us per page\n", name, unmap, release);
+}
+
+double copy_gbps(device::Device& dev, std::uintptr_t dst, std::uintptr_t src, std::size_t bytes,
+                 device::EventHandle event) {
+  dev.copy(0, dst, src, bytes, 0);  // warm-up
+  dev.synchronize(0);
+  const double start = now_us();
+  if (!ok(dev.copy(0, dst, src, bytes, 0)) || !ok(dev.event_record(0, event, 0)) ||
+      !ok(dev.event_synchronize(event))) {
+    return -1;
+  }
+  return static_cast<double>(bytes) / ((now_us() - start) * 1e3);
+}
+
+void bench_moves(device::Device& dev, std::size_t pages, std::size_t page) {
+  Settings settings;
+  settings.offload = Offload::host;
+  DeviceAllocator alloc(dev, 0, settings);
+  void* p = nullptr;
+  if (alloc.allocate(pages * page, 0, &p) != Error::ok) {
+    std::printf("moves: allocation failed: %s\n", last_error_message());
+    return;
+  }
+  for (int round = 0; round < 3; ++round) {
+    double start = now_us();
+    const Error out = alloc.offload(p, 0);
+    const double offload_us = (now_us() - start) / static_cast<double>(pages);
+    start = now_us();
+    const Error back = alloc.prefetch(p, 0);
+    const double prefetch_us = (now_us() - start) / static_cast<double>(pages);
+    const double gb = static_cast<double>(page) / 1e3;  // per page, in GB per microsecond * 1e6
+    std::printf("move round %d: offload %6.1f us per page (%5.1f GB/s)%s, prefetch %6.1f us per "
+                "page (%5.1f GB/s)%s\n", round, offload_us, gb / offload_us,
+                out == Error::ok ? "" : " FAILED", prefetch_us, gb / prefetch_us,
+                back == Error::ok ? "" : " FAILED");
+  }
+  alloc.deallocate(p);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::size_t pages = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 256;
+  auto dev = device::make_cuda_device();
+  if (dev->device_count() == 0 || dev->granularity(0) == 0 || pages == 0) {
+    std::printf("SKIP: no CUDA device with virtual memory management\n");
+    return 77;
+  }
+  const std::size_t page = dev->granularity(0);
+  std::printf("page-move-bench: %zu pages of %zu KiB\n", pages, page >> 10);
+  Range on_device, on_host;
+  if (!build(*dev, Location::device, pages, page, &on_device) ||
+      !build(*dev, Location::host, pages, page, &on_host)) {
+    std::printf("building the ranges failed: %s\n", dev->last_failure());
+    return 1;
+  }
+  device::EventHandle event = 0;
+  dev->event_create(0, &event);
+  const std::size_t bytes = pages * page;
+  std::printf("copy device -> host %.1f GB/s, host -> device %.1f GB/s (%zu MiB, one call)\n",
+              copy_gbps(*dev, on_host.va, on_device.va, bytes, event),
+              copy_gbps(*dev, on_device.va, on_host.va, bytes, event), bytes >> 20);
+  const double sync = per_page(64, [&](std::size_t) {
+    return ok(dev->event_record(0, event, 0)) && ok(dev->event_synchronize(event));
+  });
+  std::printf("event record + synchronize on an idle stream: %.1f us\n", sync);
+  dev->event_destroy(event);
+  tear_down(*dev, on_device, page, "device");
+  tear_down(*dev, on_host, page, "host");
+  bench_moves(*dev, pages, page);
+  return 0;
+}
