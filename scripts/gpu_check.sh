@@ -22,6 +22,8 @@
 #                    LD_PRELOAD with limit:1G,offload:host; its snapshot must show spills > 0
 #   frameworks       tests/python/preload_frameworks.py
 #   sanitizer        compute-sanitizer memcheck and racecheck on the GPU test
+#   multi-gpu        examples/multi_gpu: DDP GPT-2 on 2 GPUs (native, cudalloc, LD_PRELOAD) and
+#                    one process driving two GPUs (skipped with fewer than 2 GPUs)
 # Everything is also written to $OUT/gpu_check.log (OUT defaults to ./gpu-check-out); a
 # summary table (PASS / FAIL / SKIP per step; exit 77 means SKIP) comes last and goes to
 # $OUT/summary.txt as well. Every step runs even after a failure; the exit status is 1 when
@@ -51,6 +53,7 @@ LIMIT_EXAMPLES=120
 LIMIT_OFFLOAD_PRELOAD=120
 LIMIT_OFFLOAD_ADAMW=300
 LIMIT_OFFLOAD_LIMIT=420
+LIMIT_MULTI_GPU=300
 
 # GPU_STEPS="bench preload ..." runs only the named steps (default: all).
 want() { [ -z "${GPU_STEPS:-}" ] || [[ " $GPU_STEPS " == *" $1 "* ]]; }
@@ -308,6 +311,15 @@ if want sanitizer; then
   else
     skip_step memcheck "compute-sanitizer not found"
   fi
+fi
+
+# Several GPUs (skipped with one): DDP training under torchrun with native, cudalloc and
+# LD_PRELOAD; one process with a model split across two devices.
+if want multi-gpu; then
+  run_python_step ddp-gpt2 "$LIMIT_MULTI_GPU" examples/multi_gpu/ddp_gpt2.py \
+    --preload "$PRELOAD" --json "$OUT/ddp_gpt2.json"
+  run_python_step two-devices "$LIMIT_MULTI_GPU" examples/multi_gpu/two_devices.py \
+    --json "$OUT/two_devices.json"
 fi
 
 if print_summary; then exit 0; else exit 1; fi

@@ -172,10 +172,10 @@ std::span<const Option> options() {
        "requests fail as out of memory.",
        set_bytes<&Settings::host_limit, 0, kNoMax>, get_size<&Settings::host_limit>},
       {"promote", OptionType::fraction,
-       "With offload:host and vmm: after a free, when everything in host memory fits in this "
-       "fraction of the device budget, cudalloc moves it back to the device (0: only when "
-       "cudalloc_promote is called). Safe only when no other thread queues work on spilled "
-       "memory meanwhile (see docs/offload.md).",
+       "With offload:host and vmm: after a free, when all memory in use (on the device and in "
+       "host memory) fits in this fraction of the device budget, cudalloc moves what is in "
+       "host memory back to the device (0: only when cudalloc_promote is called). Safe only "
+       "when no other thread queues work on spilled memory meanwhile (see docs/offload.md).",
        set_share<&Settings::promote>, get_share<&Settings::promote>},
       {"slab_keep", OptionType::count,
        "Empty slabs kept per size class and stream before one is returned to the block pool.",

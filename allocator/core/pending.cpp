@@ -114,31 +114,33 @@ void DeviceAllocator::defer_until_device_idle(const LiveEntry& entry) {
 }
 
 bool DeviceAllocator::order_streams_after_now(const std::vector<StreamHandle>& waiters) {
-  // One event on the legacy default stream (it orders after all earlier work of every
-  // blocking stream) and one on every registered stream, recorded now; then every waiter
-  // waits for all of them (except its own, which its stream order already covers).
-  std::vector<StreamHandle> sources = fence_streams_;
-  sources.push_back(0);
-  std::vector<EventHandle> events;
+  // Gather, then scatter, through the legacy default stream: it waits for an event recorded
+  // now on every registered stream (and is itself ordered after every blocking stream's
+  // earlier work); one event recorded on it after those waits then orders each waiter after
+  // all of them. 2 x streams calls, not streams squared: PyTorch alone registers dozens.
   bool ordered = true;
-  for (StreamHandle stream : sources) {
+  auto wait_on = [&](StreamHandle source, StreamHandle waiter) {
     EventHandle event = 0;
-    if (take_event(&event) != Error::ok) {
-      ordered = false;
-      break;
-    }
-    events.push_back(event);
-    ordered = device_.event_record(ordinal_, event, stream) == device::Status::ok;
-    if (!ordered) break;
+    ordered = take_event(&event) == Error::ok &&
+              device_.event_record(ordinal_, event, source) == device::Status::ok &&
+              device_.stream_wait_event(ordinal_, waiter, event) == device::Status::ok;
+    // A wait takes the event's state when it is queued: the event can be recorded again.
+    if (event != 0) give_event(event);
+  };
+  for (std::size_t i = 0; ordered && i < fence_streams_.size(); ++i) {
+    if (fence_streams_[i] != 0) wait_on(fence_streams_[i], 0);
   }
-  for (StreamHandle waiter : waiters) {
-    for (std::size_t e = 0; ordered && e < events.size(); ++e) {
-      if (sources[e] == waiter) continue;
-      ordered = device_.stream_wait_event(ordinal_, waiter, events[e]) == device::Status::ok;
+  EventHandle hub = 0;
+  if (ordered) {
+    ordered = take_event(&hub) == Error::ok &&
+              device_.event_record(ordinal_, hub, 0) == device::Status::ok;
+  }
+  for (std::size_t i = 0; ordered && i < waiters.size(); ++i) {
+    if (waiters[i] != 0) {
+      ordered = device_.stream_wait_event(ordinal_, waiters[i], hub) == device::Status::ok;
     }
   }
-  // A wait takes the event's state when it is queued: the events can be recorded again.
-  for (EventHandle e : events) give_event(e);
+  if (hub != 0) give_event(hub);
   if (!ordered) {
     log().debug("device {}: ordering streams failed; synchronizing", ordinal_);
     ordered = device_.synchronize(ordinal_) == device::Status::ok;

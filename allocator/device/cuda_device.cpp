@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <iterator>
 #include <mutex>
 #include <vector>
 
@@ -42,6 +43,7 @@ struct Driver {
   PFN_cuMemcpyAsync_v4000 memcpy_async = nullptr;
   PFN_cuMemHostAlloc_v2020 mem_host_alloc = nullptr;
   PFN_cuMemFreeHost_v2000 mem_free_host = nullptr;
+  PFN_cuDeviceCanAccessPeer_v4000 can_access_peer = nullptr;
   // Virtual memory management; all resolved or `vmm` is false.
   PFN_cuMemGetAllocationGranularity_v10020 mem_get_granularity = nullptr;
   PFN_cuMemAddressReserve_v10020 mem_address_reserve = nullptr;
@@ -60,6 +62,10 @@ struct Driver {
   std::vector<CUresult> context_results;     // result of cuDevicePrimaryCtxRetain
   std::vector<std::size_t> granularities;    // 0 = no VMM
   std::vector<int> host_numa;                // the host NUMA node closest to each; -1 unknown
+  // By ordinal: the devices that can reach its memory over peer-to-peer, itself first. Pages
+  // mapped for a device are granted to all of them, so that copies and kernels of another
+  // GPU (a tensor moved between devices) can use them, as with cudaMalloc'd memory.
+  std::vector<std::vector<CUdevice>> access;
 };
 
 thread_local const char* t_last_error = "";
@@ -99,7 +105,8 @@ bool resolve_core(Driver& d) {
          resolve("cuStreamWaitEvent", &d.stream_wait_event) &&
          resolve("cuMemcpyAsync", &d.memcpy_async) &&
          resolve("cuMemHostAlloc", &d.mem_host_alloc) &&
-         resolve("cuMemFreeHost", &d.mem_free_host);
+         resolve("cuMemFreeHost", &d.mem_free_host) &&
+         resolve("cuDeviceCanAccessPeer", &d.can_access_peer);
 }
 
 bool resolve_vmm(Driver& d) {
@@ -184,6 +191,16 @@ void load(Driver& d) {
         d.device_get_attribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, device) != CUDA_SUCCESS)
       numa = -1;
     d.host_numa.push_back(numa);
+  }
+  for (int i = 0; i < count; ++i) {
+    std::vector<CUdevice> reach{d.devices[i]};
+    for (int j = 0; j < count; ++j) {
+      int can = 0;
+      if (j != i && d.can_access_peer(&can, d.devices[j], d.devices[i]) == CUDA_SUCCESS && can) {
+        reach.push_back(d.devices[j]);
+      }
+    }
+    d.access.push_back(std::move(reach));
   }
   d.ready = true;
 }
@@ -454,8 +471,16 @@ Status CudaDevice::unmap(std::uintptr_t va, std::size_t bytes) {
 Status CudaDevice::set_access(int dev, std::uintptr_t va, std::size_t bytes) {
   return with_context(dev, [&](const Driver& d) {
     if (!d.vmm) return Status::not_supported;
-    CUmemAccessDesc desc = read_write_access(d.devices[dev]);
-    return check(d.mem_set_access(static_cast<CUdeviceptr>(va), bytes, &desc, 1));
+    CUmemAccessDesc descs[64];
+    std::size_t n = 0;
+    for (CUdevice device : d.access[dev]) {
+      if (n < std::size(descs)) descs[n++] = read_write_access(device);
+    }
+    if (n > 1 && d.mem_set_access(static_cast<CUdeviceptr>(va), bytes, descs, n) == CUDA_SUCCESS) {
+      return Status::ok;
+    }
+    // The device itself is what matters; peers are a convenience.
+    return check(d.mem_set_access(static_cast<CUdeviceptr>(va), bytes, descs, 1));
   });
 }
 

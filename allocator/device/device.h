@@ -97,7 +97,9 @@ class Device {
   virtual Status map(std::uintptr_t va, std::size_t bytes, PhysicalHandle handle,
                      std::size_t offset) = 0;
   virtual Status unmap(std::uintptr_t va, std::size_t bytes) = 0;
-  // Grants read/write access from `dev` to a mapped range.
+  // Grants read/write access from `dev` to a mapped range, and from the devices that can reach
+  // `dev`'s memory peer-to-peer where the driver allows (copies and kernels of another GPU may
+  // use the memory, as they may use cudaMalloc'd memory).
   virtual Status set_access(int dev, std::uintptr_t va, std::size_t bytes) = 0;
 
   // Queues a copy of `bytes` from `src` to `dst` (both addressable by `dev`: device memory or

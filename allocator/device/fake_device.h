@@ -104,6 +104,7 @@ class FakeDevice final : public Device {
     StreamHandle waiter;  // the stream made to wait
     StreamHandle on;      // the stream of the event
     std::uint64_t until;  // work items of `on` that must complete first
+    int on_dev;           // the device of `on`
   };
   std::vector<Wait> waits() const;
 

@@ -110,7 +110,7 @@ Status FakeDevice::stream_wait_event(int dev, StreamHandle stream, EventHandle e
   if (it == events_.end() || !valid_device(dev)) return Status::invalid_value;
   const EventState& e = it->second;
   if (!e.recorded) return Status::ok;
-  waits_.push_back(Wait{dev, stream, e.stream.stream, e.seq});
+  waits_.push_back(Wait{dev, stream, e.stream.stream, e.seq, e.stream.dev});
   if (!event_done(e)) {
     StreamState& waiter = stream_state(dev, stream);
     waiter.waits_on.push_back(StreamState::Dependency{waiter.queued, e.stream, e.seq});

@@ -103,3 +103,48 @@ TEST_CASE("each device has its own allocator and state", "[concurrency][devices]
   CHECK(d0->validate().empty());
   CHECK(d1->validate().empty());
 }
+
+TEST_CASE("streams of one device never wait on another device's events", "[devices]") {
+  // Streams of both devices share handles on purpose: only the device tells them apart.
+  FakeDevice::Options o = fake_options(256 * MiB);
+  o.devices = 2;
+  o.manual_streams = true;
+  FakeDevice fake(o);
+  Settings settings;
+  settings.page_slack = 0;  // idle pages move between streams: every cross-stream edge
+  Allocator allocator(fake, settings);
+  Error err = Error::ok;
+  DeviceAllocator* devs[2] = {allocator.device(0, &err), allocator.device(1, &err)};
+  REQUIRE(devs[1] != nullptr);
+  constexpr StreamHandle kStreams[] = {0, 0x71, 0x72};
+  for (DeviceAllocator* d : devs) {
+    for (StreamHandle s : kStreams) d->register_stream(s);
+  }
+  std::vector<std::pair<DeviceAllocator*, void*>> live;
+  for (int round = 0; round < 40; ++round) {
+    for (int dev = 0; dev < 2; ++dev) {
+      const StreamHandle s = kStreams[(round + dev) % 3];
+      void* p = nullptr;
+      REQUIRE(devs[dev]->allocate((1 + round % 5) * MiB + 4096, s, &p) == Error::ok);
+      fake.enqueue_work(dev, s);
+      live.emplace_back(devs[dev], p);
+      if (round % 3 == 0) REQUIRE(devs[dev]->record_stream(p, kStreams[(round + 1) % 3]) == Error::ok);
+    }
+    if (live.size() > 6) {
+      auto [d, p] = live.front();
+      live.erase(live.begin());
+      REQUIRE(d->deallocate(p, round % 2 ? DeviceAllocator::FreeOrder::device
+                                         : DeviceAllocator::FreeOrder::stream) == Error::ok);
+    }
+  }
+  for (auto [d, p] : live) REQUIRE(d->deallocate(p) == Error::ok);
+  for (DeviceAllocator* d : devs) REQUIRE(d->empty_cache() == Error::ok);
+  fake.complete_all();
+  const auto waits = fake.waits();
+  CHECK_FALSE(waits.empty());
+  for (const auto& w : waits) {
+    CAPTURE(w.dev, w.on_dev, w.waiter, w.on);
+    CHECK(w.dev == w.on_dev);
+  }
+  for (DeviceAllocator* d : devs) CHECK(d->validate().empty());
+}
