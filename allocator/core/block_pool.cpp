@@ -225,12 +225,14 @@ void DeviceAllocator::merge_free(Block* block) {
   insert_free(pool, block);
 }
 
-std::size_t DeviceAllocator::release_free_segments() {
+std::size_t DeviceAllocator::release_free_segments(bool pinned) {
+  // Plain segments from the device, or (pinned) the host tier's pinned host segments.
+  auto releasable = [&](const Segment* seg) {
+    return !seg->paged() && seg->pinned == pinned && seg->wholly_free();
+  };
   bool any = false;
   for (auto& [stream, pool] : pools_) {
-    for (Segment* seg : pool->segments) {
-      any = any || (!seg->paged() && !seg->pinned && seg->wholly_free());
-    }
+    for (Segment* seg : pool->segments) any = any || releasable(seg);
   }
   if (!any) return 0;
   // Work queued before the frees may still use the memory: wait for all of it.
@@ -243,16 +245,22 @@ std::size_t DeviceAllocator::release_free_segments() {
     auto& segs = pool->segments;
     for (auto it = segs.begin(); it != segs.end();) {
       Segment* seg = *it;
-      if (seg->paged() || seg->pinned || !seg->wholly_free() ||
-          device_.free(ordinal_, reinterpret_cast<void*>(seg->base)) != device::Status::ok) {
+      auto* base = reinterpret_cast<void*>(seg->base);
+      if (!releasable(seg) || (pinned ? device_.host_free(base) : device_.free(ordinal_, base)) !=
+                                  device::Status::ok) {
         ++it;
         continue;
       }
       erase_free(*pool, seg->first);
-      stats_.reserved_bytes.decrease(static_cast<std::int64_t>(seg->size));
-      stats_.reserved_count.decrease(1);
-      stats_.cached_bytes.decrease(static_cast<std::int64_t>(seg->size));
-      stats_.device_frees.count();
+      const auto bytes = static_cast<std::int64_t>(seg->size);
+      if (pinned) {
+        stats_.host_reserved_bytes.decrease(bytes);
+      } else {
+        stats_.reserved_bytes.decrease(bytes);
+        stats_.reserved_count.decrease(1);
+        stats_.device_frees.count();
+      }
+      stats_.cached_bytes.decrease(bytes);
       if (trace_.enabled()) {
         trace_.record(TraceAction::segment_free, seg->base, seg->size, pool->stream);
       }

@@ -371,8 +371,8 @@ void DeviceAllocator::release_cached_memory() {
   process_pending(true);
   complete_device_ordered_frees();
   release_empty_slabs();
-  release_free_segments();
-  release_host_segments();
+  release_free_segments(false);
+  release_free_segments(true);
 }
 
 void DeviceAllocator::check_after_operation(const char* operation) {

@@ -153,7 +153,9 @@ class DeviceAllocator {
   void free_block(Block* block);
   // Inserts a free block into its pool's free bins, merged with free neighbours.
   void merge_free(Block* block);
-  std::size_t release_free_segments();
+  // Returns every wholly free plain segment to the driver, or (pinned) every wholly free
+  // pinned host segment of the host tier, after one device synchronization.
+  std::size_t release_free_segments(bool pinned);
 
   // page_pool.cpp: paged segments (virtual ranges with pages mapped on demand).
   Error new_paged_segment(StreamPool& pool, std::size_t size, Segment** out);
@@ -232,7 +234,6 @@ class DeviceAllocator {
 
   // host_segments.cpp: the host tier without host-located pages.
   Error new_host_segment(StreamPool& pool, std::size_t size, Block** out);
-  std::size_t release_host_segments();
   // Serves a request that found no device room from the host tier.
   Error spill(StreamPool& pool, std::size_t size, std::uintptr_t* addr, std::uintptr_t* owner);
 

@@ -62,36 +62,4 @@ Error DeviceAllocator::new_host_segment(StreamPool& pool, std::size_t size, Bloc
   return Error::ok;
 }
 
-std::size_t DeviceAllocator::release_host_segments() {
-  bool any = false;
-  for (auto& [stream, pool] : pools_) {
-    for (Segment* seg : pool->segments) any = any || (seg->pinned && seg->wholly_free());
-  }
-  // Work queued before the frees may still use the memory: wait for all of it.
-  if (!any || device_.synchronize(ordinal_) != device::Status::ok) return 0;
-  std::size_t released = 0;
-  for (auto& [stream, pool] : pools_) {
-    auto& segs = pool->segments;
-    for (auto it = segs.begin(); it != segs.end();) {
-      Segment* seg = *it;
-      if (!seg->pinned || !seg->wholly_free() ||
-          device_.host_free(reinterpret_cast<void*>(seg->base)) != device::Status::ok) {
-        ++it;
-        continue;
-      }
-      erase_free(*pool, seg->first);
-      stats_.host_reserved_bytes.decrease(static_cast<std::int64_t>(seg->size));
-      stats_.cached_bytes.decrease(static_cast<std::int64_t>(seg->size));
-      if (trace_.enabled()) {
-        trace_.record(TraceAction::segment_free, seg->base, seg->size, pool->stream);
-      }
-      released += seg->size;
-      recycle_block(seg->first);
-      delete seg;
-      it = segs.erase(it);
-    }
-  }
-  return released;
-}
-
 }  // namespace cudalloc
