@@ -11,7 +11,8 @@
 #                    tests/python/test_torch_train.py, tools/bench/torch_empty_bench.py,
 #                    tests/python/test_snapshot_tools.py (with CUDALLOC_LIBRARY and PYTHONPATH)
 #   torch-workloads  tools/bench/torch_workloads.py, JSON into $OUT/torch_workloads.json
-#   examples-pytorch examples/pytorch/train_with_cudalloc.py, snapshot_on_oom.py $OUT
+#   examples-pytorch examples/pytorch/train_with_cudalloc.py, snapshot_on_oom.py $OUT, and
+#                    examples/replay/record_trace.py followed by cudalloc replay and view
 #   offload-adamw    examples/offload/adamw_offload.py, JSON into $OUT/adamw_offload.json
 #   offload-limit    torch_workloads.py gpt2_train with cudalloc at 0.6 x native's peak and
 #                    offload:host, JSON into $OUT/offload_limit.json; then a check: no OOM,
@@ -244,6 +245,11 @@ fi
 if want examples-pytorch; then
   run_python_step example-train "$LIMIT_EXAMPLES" examples/pytorch/train_with_cudalloc.py
   run_python_step example-oom "$LIMIT_EXAMPLES" examples/pytorch/snapshot_on_oom.py "$OUT"
+  # Record a trace under PyTorch's allocator, then replay it and view it with the CLI.
+  rm -f "$OUT/trace.json"
+  run_step example-record "$LIMIT_EXAMPLES" python3 examples/replay/record_trace.py "$OUT/trace.json"
+  run_step example-replay "$LIMIT_EXAMPLES" "$BUILD/cudalloc" replay "$OUT/trace.json"
+  run_step example-view "$LIMIT_SMI" "$BUILD/cudalloc" view "$OUT/trace.json" -o "$OUT/trace.html"
 fi
 if want offload-adamw; then
   run_python_step offload-adamw "$LIMIT_OFFLOAD_ADAMW" examples/offload/adamw_offload.py \
