@@ -49,6 +49,9 @@ void DeviceAllocator::drop_everything() {
       delete seg;
     }
   }
+  release_stray_mappings();
+  stray_pages_.clear();
+  stray_ranges_.clear();
   for (PhysicalPage* phys : physical_pages_) {
     if (phys->home != 0) device_.unmap(phys->home, page_size_);
     device_.release_physical(phys->handle);

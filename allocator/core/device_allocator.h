@@ -219,6 +219,9 @@ class DeviceAllocator {
   // Host pages keep a mapping of their own ("home"), so that moves write them without staging.
   void map_home(PhysicalPage& phys);
   void unmap_home(PhysicalPage& phys);
+  // Retries unmapping the staging and home pages whose unmap failed, and returns retired
+  // staging ranges once nothing is mapped in them (empty_cache, drop_everything).
+  void release_stray_mappings();
   // Swaps the backing of pages[first, last) (consecutive addresses) to fresh[first, last);
   // done[k] tells which pages now live on their fresh page.
   Error swap_run(const std::vector<Page*>& pages, const std::vector<PhysicalPage*>& fresh,
@@ -311,6 +314,8 @@ class DeviceAllocator {
   static constexpr std::size_t kHomeChunkPages = 512;
   std::vector<std::uintptr_t> home_chunks_;
   std::vector<std::uintptr_t> free_homes_;
+  std::vector<std::uintptr_t> stray_pages_;   // staging or home pages left mapped
+  std::vector<std::uintptr_t> stray_ranges_;  // retired staging ranges (kStagingPages each)
   std::uint64_t page_epoch_ = 0;
   std::size_t chronic_pages_ = 0;  // physical pages created for chronic conflicts
   Stats stats_;

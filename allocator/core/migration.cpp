@@ -236,7 +236,10 @@ void DeviceAllocator::map_home(PhysicalPage& phys) {
   const std::uintptr_t va = free_homes_.back();
   if (device_.map(va, page_size_, phys.handle, 0) != device::Status::ok) return;
   if (device_.set_access(ordinal_, va, page_size_) != device::Status::ok) {
-    if (device_.unmap(va, page_size_) != device::Status::ok) free_homes_.pop_back();  // lost
+    if (device_.unmap(va, page_size_) != device::Status::ok) {
+      free_homes_.pop_back();
+      stray_pages_.push_back(va);
+    }
     return;
   }
   free_homes_.pop_back();
@@ -245,8 +248,12 @@ void DeviceAllocator::map_home(PhysicalPage& phys) {
 
 void DeviceAllocator::unmap_home(PhysicalPage& phys) {
   if (phys.home == 0) return;
-  // A slot that cannot be unmapped is not used again.
-  if (device_.unmap(phys.home, page_size_) == device::Status::ok) free_homes_.push_back(phys.home);
+  // A slot that cannot be unmapped is not used again (release_stray_mappings retries it).
+  if (device_.unmap(phys.home, page_size_) == device::Status::ok) {
+    free_homes_.push_back(phys.home);
+  } else {
+    stray_pages_.push_back(phys.home);
+  }
   phys.home = 0;
 }
 
@@ -261,16 +268,35 @@ bool DeviceAllocator::grant_range(std::uintptr_t va, std::size_t count) {
 }
 
 void DeviceAllocator::unstage(std::size_t staged) {
+  bool stuck = false;
   for (std::size_t k = 0; k < staged; ++k) {
-    if (device_.unmap(staging_va_ + k * page_size_, page_size_) != device::Status::ok) {
-      // The slot stays mapped: abandon the range (a new one is reserved next time) rather
-      // than map over it.
+    const std::uintptr_t va = staging_va_ + k * page_size_;
+    if (device_.unmap(va, page_size_) != device::Status::ok) {
       log().warn("device {}: unmapping a staging page failed: {}", ordinal_,
                  device_.last_failure());
-      staging_va_ = 0;
-      return;
+      stray_pages_.push_back(va);
+      stuck = true;
     }
   }
+  // A slot that stays mapped cannot be mapped over: retire the range (a new one is reserved
+  // next time); release_stray_mappings() retries the unmaps and then returns the range.
+  if (stuck) {
+    stray_ranges_.push_back(staging_va_);
+    staging_va_ = 0;
+  }
+}
+
+void DeviceAllocator::release_stray_mappings() {
+  std::erase_if(stray_pages_, [&](std::uintptr_t va) {
+    return device_.unmap(va, page_size_) == device::Status::ok;
+  });
+  std::erase_if(stray_ranges_, [&](std::uintptr_t range) {
+    const std::uintptr_t end = range + kStagingPages * page_size_;
+    for (std::uintptr_t va : stray_pages_) {
+      if (va >= range && va < end) return false;  // still mapped inside
+    }
+    return device_.unreserve(range, kStagingPages * page_size_) == device::Status::ok;
+  });
 }
 
 Error DeviceAllocator::swap_run(const std::vector<Page*>& pages,

@@ -379,13 +379,17 @@ void DeviceAllocator::idle_remove(PhysicalPage& phys) {
 }
 
 std::size_t DeviceAllocator::release_cached_pages() {
-  if (device_idle_.count + host_idle_.count == 0 && stats_.mapped_bytes.current == 0) return 0;
+  if (device_idle_.count + host_idle_.count == 0 && stats_.mapped_bytes.current == 0 &&
+      stray_pages_.empty() && stray_ranges_.empty()) {
+    return 0;
+  }
   // Pages without users may still be used by queued work: wait for all of it once.
   if (device_.synchronize(ordinal_) != device::Status::ok) {
     log().warn("device {}: synchronize failed; idle pages are kept", ordinal_);
     return 0;
   }
   for (auto& [stream, pool] : pools_) pool->settled_epoch = page_epoch_;
+  release_stray_mappings();
   for (auto& [stream, pool] : pools_) {
     for (Segment* seg : pool->segments) {
       for (Page& page : seg->pages) {

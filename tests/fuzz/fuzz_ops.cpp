@@ -4,8 +4,9 @@
 // DeviceAllocators over one FakeDevice with manual streams: allocations of every kind of size
 // (0, tiny, slab, block, near and past the capacity, SIZE_MAX), frees of live, already freed,
 // foreign, interior and other-device pointers, record_stream, work queued and completed on
-// four streams, empty_cache, caps, device-ordered frees, registered streams, reset, and
-// injected device faults (FakeDevice::fail_call).
+// four streams, empty_cache, caps, device-ordered frees, registered streams, reset, the host
+// tier (offload:host with host_limit and promote; offload, prefetch, promote and residency of
+// live allocations), and injected device faults (FakeDevice::fail_call).
 //
 // After every operation: validate() holds on each device the operation used (the other's
 // state cannot have changed: devices share nothing), the allocated counts equal the model's,
@@ -69,7 +70,7 @@ enum class Op : std::uint8_t {
   unregister_stream,
   memory_info,
   reset,
-  offload,  // reserved: see OpFuzzer::offload()
+  offload,  // offload, prefetch, promote or residency of a live allocation
   count_,
 };
 
@@ -110,6 +111,11 @@ class OpFuzzer {
     s.slab_keep = in_.below(3);
     s.limit = kLimit[in_.below(4)];
     s.trace = in_.below(2) * 64;
+    static constexpr std::size_t kHostLimit[] = {0, 4 * MiB, 16 * MiB};
+    static constexpr double kPromote[] = {0, 0, 0.5, 0.9};
+    s.offload = in_.below(2) ? Offload::host : Offload::none;
+    s.host_limit = kHostLimit[in_.below(3)];
+    s.promote = kPromote[in_.below(4)];
     return s;
   }
 
@@ -404,11 +410,37 @@ class OpFuzzer {
     freed_.clear();
   }
 
-  // Extension point for the offload operation (host offload of cached or idle memory, not
-  // in DeviceAllocator yet). When it lands: decode its arguments from in_, call it, check the
-  // result against its contract here, and update heap_ if it moves or invalidates
-  // allocations; check_all() then covers the invariants after it like after any other step.
-  void offload() { note("offload (not implemented yet: no-op)"); }
+  // Moves between the tiers: whatever the result, the allocation keeps its address and every
+  // byte (also when a fault hits the middle of a move), and its bytes lie on one side or the
+  // other.
+  void offload() {
+    Allocation* live = pick_live();
+    if (live == nullptr) return;
+    const Allocation a = *live;
+    void* p = reinterpret_cast<void*>(a.addr);
+    const StreamHandle s = pick_stream();
+    const std::size_t what = in_.below(4);
+    static constexpr const char* kWhat[] = {"offload", "prefetch", "promote", "residency"};
+    Error e = Error::ok;
+    std::size_t on_device = 0, on_host = 0;
+    switch (what) {
+      case 0: e = use(a.device).offload(p, s); break;
+      case 1: e = use(a.device).prefetch(p, s); break;
+      case 2: e = use(a.device).promote(); break;
+      default: e = use(a.device).residency(p, &on_device, &on_host); break;
+    }
+    note("%s dev %d %p (allocation %llu) stream %#zx -> %s", kWhat[what], a.device, p,
+         static_cast<unsigned long long>(a.tag), std::size_t(s), error_name(e));
+    expect(e == Error::ok || e == Error::out_of_memory || e == Error::device_error ||
+               e == Error::not_supported,
+           std::string(kWhat[what]) + " failed with an unexpected error: " + name(e));
+    expect(use(a.device).owns(p), std::string(kWhat[what]) + " lost the allocation");
+    if (what == 3 && e == Error::ok) {
+      expect(on_device + on_host >= a.size, "residency covers less than the allocation");
+    }
+    const std::string damage = check_pattern(a);
+    if (!damage.empty()) violation(std::string("after ") + kWhat[what] + ": " + damage);
+  }
 
   // ---- checks after every step (validate() on the devices it touched) ----
   void check_all() {
@@ -441,10 +473,13 @@ class OpFuzzer {
       const Stats s = devices_[d]->stats();
       expect(s.active_bytes.current == 0, "active bytes left after freeing everything");
       expect(s.reserved_bytes.current == 0, "reserved bytes left after empty_cache");
+      expect(s.host_reserved_bytes.current == 0, "host memory left after empty_cache");
       expect(fake_.used_bytes(d) == 0, "device memory leaked on device " + std::to_string(d));
     }
     quarantine_.clear();
     devices_.clear();
+    expect(fake_.host_used_bytes() == 0, "host memory leaked");
+    expect(fake_.bad_copies() == 0, "a copy read or wrote memory that was not mapped");
     expect(fake_.live_events() <= destroy_faults_,
            "events leaked: " + std::to_string(fake_.live_events()) + " left, " +
                std::to_string(destroy_faults_) + " event_destroy faults injected");

@@ -276,6 +276,11 @@ TEST_CASE("a fault in the middle of a move leaves the allocation valid", "[offlo
   CHECK((to_host ? residency(h, p).host : residency(h, p).device) == n);
   CHECK(holds(p, n, 11));
   h.put(p);
+  // Nothing leaks, not even a staging or home page whose unmap failed.
+  REQUIRE(h.alloc->empty_cache() == Error::ok);
+  h.check();
+  CHECK(h.fake.used_bytes(0) == 0);
+  CHECK(h.fake.host_used_bytes() == 0);
 }
 
 TEST_CASE("without host-located pages the host tier is pinned memory", "[offload]") {
