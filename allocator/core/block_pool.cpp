@@ -163,15 +163,7 @@ Error DeviceAllocator::new_segment(StreamPool& pool, std::size_t size, bool slab
     return fail(Error::device_error, "device %d: allocating a segment of %zu bytes failed: %s %s",
                 ordinal_, bytes, device::status_name(status), device_.last_failure());
   }
-  auto* seg = new Segment;
-  seg->base = reinterpret_cast<std::uintptr_t>(ptr);
-  seg->size = bytes;
-  seg->pool = &pool;
-  seg->first = new_block();
-  seg->first->addr = seg->base;
-  seg->first->size = bytes;
-  seg->first->segment = seg;
-  pool.segments.push_back(seg);
+  Segment* seg = add_segment(pool, reinterpret_cast<std::uintptr_t>(ptr), bytes);
   stats_.reserved_bytes.increase(static_cast<std::int64_t>(bytes));
   stats_.reserved_count.count();
   stats_.cached_bytes.increase(static_cast<std::int64_t>(bytes));
@@ -179,6 +171,19 @@ Error DeviceAllocator::new_segment(StreamPool& pool, std::size_t size, bool slab
   if (trace_.enabled()) trace_.record(TraceAction::segment_alloc, seg->base, bytes, pool.stream);
   *out = seg->first;
   return Error::ok;
+}
+
+Segment* DeviceAllocator::add_segment(StreamPool& pool, std::uintptr_t base, std::size_t bytes) {
+  auto* seg = new Segment;
+  seg->base = base;
+  seg->size = bytes;
+  seg->pool = &pool;
+  seg->first = new_block();
+  seg->first->addr = base;
+  seg->first->size = bytes;
+  seg->first->segment = seg;
+  pool.segments.push_back(seg);
+  return seg;
 }
 
 void DeviceAllocator::split(StreamPool& pool, Block* block, std::size_t size) {

@@ -232,9 +232,17 @@ class DeviceAllocator {
   Error wait_for_stream(StreamHandle stream);
   void maybe_promote();
   Error promote_locked();
-  // The allocation `ptr`'s pages; nullptr segment when it is not in a paged segment.
-  Error pages_of(const void* ptr, Segment** seg, std::uintptr_t* addr, std::size_t* size) const;
+  // Where the live allocation `ptr` lies: its segment and its rounded extent.
+  struct AllocationSpan {
+    Segment* segment = nullptr;
+    std::uintptr_t addr = 0;
+    std::size_t size = 0;
+  };
+  Error span_of(const void* ptr, AllocationSpan* out) const;
 
+  // A new segment record over [base, base + bytes) in `pool`, one free block covering it
+  // (the caller accounts for the memory).
+  Segment* add_segment(StreamPool& pool, std::uintptr_t base, std::size_t bytes);
   // host_segments.cpp: the host tier without host-located pages.
   Error new_host_segment(StreamPool& pool, std::size_t size, Block** out);
   // Serves a request that found no device room from the host tier.

@@ -44,17 +44,9 @@ Error DeviceAllocator::new_host_segment(StreamPool& pool, std::size_t size, Bloc
                 ordinal_, format_bytes(bytes).c_str(), device::status_name(status),
                 device_.last_failure());
   }
-  auto* seg = new Segment;
-  seg->base = reinterpret_cast<std::uintptr_t>(ptr);
-  seg->size = bytes;
+  Segment* seg = add_segment(pool, reinterpret_cast<std::uintptr_t>(ptr), bytes);
   seg->spill = true;
   seg->pinned = true;
-  seg->pool = &pool;
-  seg->first = new_block();
-  seg->first->addr = seg->base;
-  seg->first->size = bytes;
-  seg->first->segment = seg;
-  pool.segments.push_back(seg);
   stats_.host_reserved_bytes.increase(static_cast<std::int64_t>(bytes));
   stats_.cached_bytes.increase(static_cast<std::int64_t>(bytes));
   if (trace_.enabled()) trace_.record(TraceAction::segment_alloc, seg->base, bytes, pool.stream);

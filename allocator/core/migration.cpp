@@ -33,8 +33,7 @@ Error DeviceAllocator::prefetch(void* ptr, StreamHandle stream) {
   return move_allocation(ptr, stream, false);
 }
 
-Error DeviceAllocator::pages_of(const void* ptr, Segment** seg, std::uintptr_t* addr,
-                                std::size_t* size) const {
+Error DeviceAllocator::span_of(const void* ptr, AllocationSpan* out) const {
   const auto key = reinterpret_cast<std::uintptr_t>(ptr);
   const LiveEntry* entry = key == 0 ? nullptr : live_.find(key);
   if (entry == nullptr) {
@@ -42,19 +41,18 @@ Error DeviceAllocator::pages_of(const void* ptr, Segment** seg, std::uintptr_t* 
                 ordinal_, ptr);
   }
   const std::uintptr_t owner = entry->owner & ~kTagMask;
-  *seg = (entry->owner & kSlabTag) ? reinterpret_cast<const Slab*>(owner)->block->segment
-                                   : reinterpret_cast<const Block*>(owner)->segment;
-  *addr = key;
-  *size = rounded_size(entry->owner);
+  out->segment = (entry->owner & kSlabTag) ? reinterpret_cast<const Slab*>(owner)->block->segment
+                                           : reinterpret_cast<const Block*>(owner)->segment;
+  out->addr = key;
+  out->size = rounded_size(entry->owner);
   return Error::ok;
 }
 
 Error DeviceAllocator::move_allocation(void* ptr, StreamHandle stream, bool to_host) {
   std::lock_guard lock(lock_);
-  Segment* seg = nullptr;
-  std::uintptr_t addr = 0;
-  std::size_t size = 0;
-  if (const Error err = pages_of(ptr, &seg, &addr, &size); err != Error::ok) return err;
+  AllocationSpan span;
+  if (const Error err = span_of(ptr, &span); err != Error::ok) return err;
+  const auto [seg, addr, size] = span;
   if (!seg->paged()) {
     return fail(Error::not_supported,
                 "device %d: %p cannot move: only allocations in paged segments (vmm) can, and "
@@ -420,10 +418,9 @@ void DeviceAllocator::maybe_promote() {
 Error DeviceAllocator::residency(const void* ptr, std::size_t* device_bytes,
                                  std::size_t* host_bytes) const {
   std::lock_guard lock(lock_);
-  Segment* seg = nullptr;
-  std::uintptr_t addr = 0;
-  std::size_t size = 0;
-  if (const Error err = pages_of(ptr, &seg, &addr, &size); err != Error::ok) return err;
+  AllocationSpan span;
+  if (const Error err = span_of(ptr, &span); err != Error::ok) return err;
+  const auto [seg, addr, size] = span;
   *device_bytes = *host_bytes = 0;
   if (!seg->paged()) {
     (seg->pinned ? *host_bytes : *device_bytes) = size;

@@ -51,17 +51,9 @@ Error DeviceAllocator::new_paged_segment(StreamPool& pool, std::size_t size, Seg
                 ordinal_, format_bytes(range).c_str(), device::status_name(status),
                 device_.last_failure());
   }
-  auto* seg = new Segment;
-  seg->base = va;
-  seg->size = range;
-  seg->pool = &pool;
+  Segment* seg = add_segment(pool, va, range);
   seg->pages.resize(range / page_size_);
   for (Page& p : seg->pages) p.segment = seg;
-  seg->first = new_block();
-  seg->first->addr = va;
-  seg->first->size = range;
-  seg->first->segment = seg;
-  pool.segments.push_back(seg);
   *out = seg;
   return Error::ok;
 }
