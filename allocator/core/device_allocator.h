@@ -229,7 +229,9 @@ class DeviceAllocator {
   Error undo_swap(Page& page, PhysicalPage& fresh, PhysicalPage& old);
   // Grants access to `count` pages mapped from `va` on: one call, else page by page.
   bool grant_range(std::uintptr_t va, std::size_t count);
-  Error wait_for_stream(StreamHandle stream);
+  // Waits on the host for the work queued on `stream` so far; where events fail, for the
+  // whole device (then *whole_device, when given, is set).
+  Error wait_for_stream(StreamHandle stream, bool* whole_device = nullptr);
   void maybe_promote();
   Error promote_locked();
   // Where the live allocation `ptr` lies: its segment and its rounded extent.
@@ -314,7 +316,6 @@ class DeviceAllocator {
   enum class Spill { off, host_pages, host_segments };
   Spill spill_ = Spill::off;
   bool host_pages_supported_ = true;
-  bool promoting_ = false;
   // Staging addresses for migration: pages are copied into their new backing mapped here.
   std::uintptr_t staging_va_ = 0;
   // Address ranges for host pages' home mappings (kHomeChunkPages pages each), and the slots

@@ -361,13 +361,16 @@ Error DeviceAllocator::undo_swap(Page& page, PhysicalPage& fresh, PhysicalPage& 
               static_cast<std::size_t>(page_address(page)), device_.last_failure());
 }
 
-Error DeviceAllocator::wait_for_stream(StreamHandle stream) {
+Error DeviceAllocator::wait_for_stream(StreamHandle stream, bool* whole_device) {
   EventHandle event = 0;
   const bool waited = take_event(&event) == Error::ok &&
                       device_.event_record(ordinal_, event, stream) == device::Status::ok &&
                       device_.event_synchronize(event) == device::Status::ok;
   if (event != 0) give_event(event);
-  if (waited || device_.synchronize(ordinal_) == device::Status::ok) return Error::ok;
+  if (waited) return Error::ok;
+  // A destroyed stream or an event error: wait for the whole device instead.
+  if (whole_device != nullptr) *whole_device = true;
+  if (device_.synchronize(ordinal_) == device::Status::ok) return Error::ok;
   return fail(Error::device_error, "device %d: waiting for a stream failed: %s", ordinal_,
               device_.last_failure());
 }
@@ -379,8 +382,6 @@ Error DeviceAllocator::promote() {
 
 Error DeviceAllocator::promote_locked() {
   if (!paged() || stats_.host_active_bytes.current == 0) return Error::ok;
-  promoting_ = true;
-  Error result = Error::ok;
   for (auto& [stream, pool] : pools_) {
     for (Segment* seg : pool->segments) {
       std::vector<Page*> pages;
@@ -390,19 +391,14 @@ Error DeviceAllocator::promote_locked() {
       if (pages.empty()) continue;
       const Error err = move_pages(std::move(pages), false, pool->stream);
       // Out of device room: what moved stays moved, the rest stays on the host.
-      if (err != Error::ok) {
-        if (err != Error::out_of_memory) result = err;
-        promoting_ = false;
-        return result;
-      }
+      if (err != Error::ok) return err == Error::out_of_memory ? Error::ok : err;
     }
   }
-  promoting_ = false;
-  return result;
+  return Error::ok;
 }
 
 void DeviceAllocator::maybe_promote() {
-  if (promoting_ || !paged()) return;
+  if (!paged()) return;
   const std::size_t budget = reserve_cap() != 0 ? reserve_cap() : device_total_;
   const std::size_t device_owned =
       (physical_pages_.size() - host_pages_ - device_idle_.count) * page_size_;

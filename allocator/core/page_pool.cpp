@@ -325,17 +325,12 @@ bool DeviceAllocator::wait_until_settled(StreamPool& pool, std::uint64_t epoch) 
   if (pool.settled_epoch >= epoch) return true;
   const std::uint64_t now = page_epoch_;
   stats_.page_waits.count();
-  EventHandle event = 0;
-  const bool waited = take_event(&event) == Error::ok &&
-                      device_.event_record(ordinal_, event, pool.stream) == device::Status::ok &&
-                      device_.event_synchronize(event) == device::Status::ok;
-  if (event != 0) give_event(event);
-  if (waited) {
+  bool whole_device = false;
+  if (wait_for_stream(pool.stream, &whole_device) != Error::ok) return false;
+  if (!whole_device) {
     pool.settled_epoch = now;
     return true;
   }
-  // A destroyed stream or an event error: wait for the whole device instead.
-  if (device_.synchronize(ordinal_) != device::Status::ok) return false;
   for (auto& [stream, p] : pools_) p->settled_epoch = now;
   return true;
 }
