@@ -8,6 +8,13 @@
 
 namespace cudalloc {
 
+using device::Location;
+
+std::size_t DeviceAllocator::device_total_of(device::Device& device, int ordinal) {
+  std::size_t free_bytes = 0, total = 0;
+  return device.mem_info(ordinal, &free_bytes, &total) == device::Status::ok ? total : 0;
+}
+
 DeviceAllocator::DeviceAllocator(device::Device& device, int ordinal, const Settings& settings)
     : device_(device),
       ordinal_(ordinal),
@@ -15,282 +22,238 @@ DeviceAllocator::DeviceAllocator(device::Device& device, int ordinal, const Sett
       page_size_(settings.vmm ? device.granularity(ordinal) : 0),
       classes_(settings.slab_max,
                page_size_ != 0 ? SizeClasses::kPagedSlabs : SizeClasses::kPlainSlabs),
-      trace_(settings.trace) {
-  std::size_t free_bytes = 0;
-  if (device_.mem_info(ordinal_, &free_bytes, &device_total_) != device::Status::ok) {
-    device_total_ = 0;
-  }
-}
+      budget_(settings_, device_total_of(device, ordinal)),
+      ledger_(settings.trace),
+      sync_(device, ordinal),
+      pools_(classes_.count()),
+      staging_(device, ordinal, page_size_),
+      physical_(device, ordinal, page_size_, settings_, budget_, ledger_, staging_),
+      mapper_(device, ordinal, page_size_, budget_, physical_, sync_, staging_, ledger_, pools_),
+      blocks_(device, ordinal, settings_, budget_, ledger_, sync_, pools_,
+              page_size_ != 0 ? &mapper_ : nullptr),
+      slabs_(classes_, settings_, blocks_, ledger_, pools_),
+      migrator_(device, ordinal, settings_, budget_, physical_, mapper_, staging_, sync_, ledger_,
+                pools_),
+      deferred_(sync_, ledger_, *this) {}
 
 DeviceAllocator::~DeviceAllocator() {
   // Only test code destroys allocators; the process-wide ones live until exit. Device memory
   // still in use by callers is returned with the segments: callers must not outlive us.
   std::lock_guard lock(lock_);
   drop_everything();
-  for (Block* b : spare_blocks_) delete b;
 }
 
 void DeviceAllocator::drop_everything() {
-  for (auto& [stream, pool] : pools_) {
-    for (Segment* seg : pool->segments) {
-      for (Block* b = seg->first; b != nullptr;) {
-        Block* next = b->next;
-        delete b->slab;
-        delete b;
-        b = next;
-      }
-      if (seg->paged()) {
-        drop_paged_segment(seg);
-      } else if (seg->pinned) {
-        device_.host_free(reinterpret_cast<void*>(seg->base));
-      } else {
-        device_.free(ordinal_, reinterpret_cast<void*>(seg->base));
-      }
-      delete seg;
-    }
-  }
-  release_stray_mappings();
-  stray_pages_.clear();
-  stray_ranges_.clear();
-  for (PhysicalPage* phys : physical_pages_) {
-    if (phys->home != 0) device_.unmap(phys->home, page_size_);
-    device_.release_physical(phys->handle);
-    delete phys;
-  }
-  physical_pages_.clear();
-  for (std::uintptr_t chunk : home_chunks_) device_.unreserve(chunk, kHomeChunkPages * page_size_);
-  home_chunks_.clear();
-  free_homes_.clear();
-  chronic_pages_ = 0;
-  if (staging_va_ != 0) device_.unreserve(staging_va_, page_size_ * kStagingPages);
-  device_idle_ = IdleList{};
-  host_idle_ = IdleList{};
-  host_pages_ = 0;
-  staging_va_ = 0;
+  blocks_.drop_everything();
+  staging_.forget_strays();
+  physical_.drop_all();
+  staging_.drop();
   pools_.clear();
-  last_pool_ = nullptr;
-  for (EventHandle e : idle_events_) device_.event_destroy(e);
-  idle_events_.clear();
-  for (PendingFree& p : pending_) {
-    for (EventHandle e : p.events) device_.event_destroy(e);
-  }
-  pending_.clear();
-  unfenced_.clear();
+  mapper_.forget_pools();
+  deferred_.forget();
+  sync_.destroy_idle_events();
   live_ = LiveMap();
-  stream_uses_.clear();
 }
 
 Error DeviceAllocator::reset() {
-  std::lock_guard lock(lock_);
-  device_.synchronize(ordinal_);
-  const auto released = stats_.reserved_count.current;
-  drop_everything();
-  // Every gauge drops to zero; peaks, totals and event counters keep their history.
-  for (Stat* gauge : {&stats_.allocated_bytes, &stats_.allocated_count, &stats_.requested_bytes,
-                      &stats_.active_bytes, &stats_.active_count, &stats_.reserved_bytes,
-                      &stats_.reserved_count, &stats_.cached_bytes, &stats_.cached_count,
-                      &stats_.slab_bytes, &stats_.slab_count, &stats_.mapped_bytes,
-                      &stats_.host_reserved_bytes, &stats_.host_active_bytes}) {
-    gauge->current = 0;
-  }
-  stats_.device_frees.increase(released);
-  return Error::ok;
-}
-
-StreamPool& DeviceAllocator::pool_for(StreamHandle stream) {
-  if (last_pool_ != nullptr && last_pool_->stream == stream) return *last_pool_;
-  auto& slot = pools_[stream];
-  if (!slot) {
-    slot = std::make_unique<StreamPool>();
-    slot->stream = stream;
-    slot->classes.resize(static_cast<std::size_t>(classes_.count()));
-  }
-  last_pool_ = slot.get();
-  return *slot;
+  return metadata_guard("reset", ordinal_, [&] {
+    std::lock_guard lock(lock_);
+    sync_.synchronize_device();
+    drop_everything();
+    ledger_.forget_everything();
+    return Error::ok;
+  });
 }
 
 Error DeviceAllocator::allocate(std::size_t size, StreamHandle stream, void** ptr) {
   *ptr = nullptr;
   if (size == 0) return Error::ok;
-  std::lock_guard lock(lock_);
-  if (size > kMaxRequest || (device_total_ != 0 && size > device_total_)) {
-    stats_.ooms.count();
-    if (trace_.enabled()) trace_.record(TraceAction::oom, 0, size, stream);
-    return fail(Error::out_of_memory,
-                "cannot allocate %zu bytes on device %d: larger than the device (%zu bytes)",
-                size, ordinal_, device_total_);
-  }
-  if (!pending_.empty()) process_pending(false);
-  std::uintptr_t addr = 0;
-  std::uintptr_t owner = 0;
-  const auto device_allocs_before = stats_.device_allocs.total;
-  Error err = allocate_locked(size, stream, &addr, &owner);
-  if (err != Error::ok) return err;
-  if (stats_.device_allocs.total == device_allocs_before) stats_.cache_hits.count();
-  record_allocation(addr, owner, size);
-  if (trace_.enabled()) trace_.record(TraceAction::alloc, addr, rounded_size(owner), stream);
-  *ptr = reinterpret_cast<void*>(addr);
-  if (settings_.validate) check_after_operation("allocate");
-  return Error::ok;
+  return metadata_guard("allocate", ordinal_, [&] {
+    std::lock_guard lock(lock_);
+    // The host tier can hold what the device cannot; without it, larger than the device fails
+    // up front.
+    const std::size_t total = budget_.device_total();
+    const bool too_big = size > kMaxRequest ||
+                         (settings_.offload == Offload::none && total != 0 && size > total);
+    if (too_big) {
+      ledger_.out_of_memory(size, stream);
+      return fail(Error::out_of_memory,
+                  "cannot allocate %zu bytes on device %d: larger than the device (%zu bytes)",
+                  size, ordinal_, total);
+    }
+    if (deferred_.has_pending()) deferred_.poll(Wait::poll);
+    std::uintptr_t addr = 0;
+    Owner owner;
+    const auto device_allocs_before = ledger_.stats().device_allocs.total;
+    if (const Error err = allocate_locked(size, stream, &addr, &owner); err != Error::ok) {
+      return err;
+    }
+    if (ledger_.stats().device_allocs.total == device_allocs_before) ledger_.cache_hit();
+    live_.insert(LiveEntry{addr, owner, size});
+    ledger_.handed_out(addr, owner.rounded_size(), size, stream);
+    *ptr = reinterpret_cast<void*>(addr);
+    if (settings_.validate) check_after_operation("allocate");
+    return Error::ok;
+  });
 }
 
-Error DeviceAllocator::try_allocate(StreamPool& pool, std::size_t size, std::uintptr_t* addr,
-                                    std::uintptr_t* owner) {
+Error DeviceAllocator::try_allocate(StreamPool& pool, const Request& request,
+                                    std::uintptr_t* addr, Owner* owner) {
   // Spilled requests get blocks of spill segments, small ones too: a slab there would serve
   // later requests that fit the device from the host tier.
-  if (size <= classes_.slab_max() && spill_ == Spill::off) {
+  if (request.size <= classes_.slab_max() && !request.spilling()) {
     Slab* slab = nullptr;
-    const Error err = allocate_small(pool, size, addr, &slab);
-    *owner = reinterpret_cast<std::uintptr_t>(slab) | kSlabTag;
+    const Error err = slabs_.allocate(pool, request, addr, &slab);
+    *owner = Owner::of(slab);
     return err;
   }
   Block* block = nullptr;
-  const Error err = allocate_large(pool, size, false, &block);
+  const Error err = blocks_.allocate(pool, request, BlockUse::allocation, &block);
   if (err == Error::ok) {
     *addr = block->addr;
-    *owner = reinterpret_cast<std::uintptr_t>(block);
+    *owner = Owner::of(block);
   }
   return err;
 }
 
 Error DeviceAllocator::allocate_locked(std::size_t size, StreamHandle stream,
-                                       std::uintptr_t* addr, std::uintptr_t* owner) {
-  StreamPool& pool = pool_for(stream);
-  if (!unfenced_.empty()) {
+                                       std::uintptr_t* addr, Owner* owner) {
+  StreamPool& pool = pools_.get(stream);
+  const Request request{size, Growth::may_grow, Tier::device};
+  if (deferred_.has_unfenced()) {
     // Memory freed in device order is reused (behind a fence) before new memory is taken.
-    may_grow_ = false;
-    const Error cached = try_allocate(pool, size, addr, owner);
-    may_grow_ = true;
-    if (cached != Error::out_of_memory) return cached;
-    fence_device_ordered_frees();
+    const Request cached{size, Growth::cache_only, Tier::device};
+    if (const Error err = try_allocate(pool, cached, addr, owner); err != Error::out_of_memory) {
+      return err;
+    }
+    deferred_.fence();
   }
-  Error err = try_allocate(pool, size, addr, owner);
+  Error err = try_allocate(pool, request, addr, owner);
   if (err != Error::out_of_memory) return err;
   // OOM path: return every unused segment, then try once more.
   release_cached_memory();
-  err = try_allocate(pool, size, addr, owner);
-  if (err == Error::ok) stats_.alloc_retries.count();
+  err = try_allocate(pool, request, addr, owner);
+  if (err == Error::ok) ledger_.retry();
   if (err == Error::out_of_memory && settings_.offload == Offload::host) {
-    err = spill(pool, size, addr, owner);
+    err = spill(pool, request, addr, owner);
   }
   if (err == Error::out_of_memory) return out_of_memory(size, pool.stream);
   return err;
 }
 
+Error DeviceAllocator::spill(StreamPool& pool, Request request, std::uintptr_t* addr,
+                             Owner* owner) {
+  // Spilled requests go to spill segments of one kind only: paged ones where host-located
+  // pages can be created (known from the first one), pinned ones otherwise.
+  if (paged()) physical_.probe_host();
+  request.tier = paged() && physical_.host_supported() ? Tier::host_pages : Tier::host_segments;
+  const Error err = try_allocate(pool, request, addr, owner);
+  if (err == Error::ok) ledger_.spill();
+  return err;
+}
+
 Error DeviceAllocator::out_of_memory(std::size_t size, StreamHandle stream) {
-  stats_.ooms.count();
-  if (trace_.enabled()) trace_.record(TraceAction::oom, 0, size, stream);
-  const std::size_t cap = reserve_cap();
+  ledger_.out_of_memory(size, stream);
+  const Stats& s = ledger_.stats();
+  const std::size_t cap = budget_.reserve_cap();
   std::size_t free_bytes = 0;
   std::size_t total = 0;
   device_.mem_info(ordinal_, &free_bytes, &total);
+  const auto active = static_cast<std::size_t>(s.active_bytes.current);
+  const std::size_t budget = budget_.device_budget();
+  // Why: the request does not fit beside what is in use, or the cache holds enough but not
+  // in one piece (and the device has no room for more).
+  const char* why = budget != 0 && size > (budget > active ? budget - active : 0)
+                        ? "more than the budget leaves beside the memory in use"
+                        : "cached memory is free only in pieces too small, and the device has "
+                          "no room for more";
   std::string host_tier;
   if (settings_.offload == Offload::host) {
     host_tier = "; host tier " +
-                format_bytes(static_cast<std::size_t>(stats_.host_reserved_bytes.current)) +
+                format_bytes(static_cast<std::size_t>(s.host_reserved_bytes.current)) +
                 " held, host_limit " +
                 (settings_.host_limit == 0 ? std::string("none")
                                            : format_bytes(settings_.host_limit));
   }
   fail(Error::out_of_memory,
-       "out of memory: cannot allocate %s on device %d (stream %#zx): %s allocated, %s reserved "
-       "(%s of it cached and free in pieces too small), cap %s, device free %s of %s%s",
-       format_bytes(size).c_str(), ordinal_, static_cast<std::size_t>(stream),
-       format_bytes(static_cast<std::size_t>(stats_.allocated_bytes.current)).c_str(),
-       format_bytes(static_cast<std::size_t>(stats_.reserved_bytes.current)).c_str(),
-       format_bytes(static_cast<std::size_t>(stats_.cached_bytes.current)).c_str(),
+       "out of memory: cannot allocate %s on device %d (stream %#zx): %s; %s allocated, %s "
+       "reserved (%s cached), cap %s, device free %s of %s%s",
+       format_bytes(size).c_str(), ordinal_, static_cast<std::size_t>(stream), why,
+       format_bytes(static_cast<std::size_t>(s.allocated_bytes.current)).c_str(),
+       format_bytes(static_cast<std::size_t>(s.reserved_bytes.current)).c_str(),
+       format_bytes(static_cast<std::size_t>(s.cached_bytes.current)).c_str(),
        cap == 0 ? "none" : format_bytes(cap).c_str(), format_bytes(free_bytes).c_str(),
        format_bytes(total).c_str(), host_tier.c_str());
   log().warn("{}", last_error_message());
   return Error::out_of_memory;
 }
 
-void DeviceAllocator::record_allocation(std::uintptr_t addr, std::uintptr_t owner,
-                                        std::size_t requested) {
-  live_.insert(LiveEntry{addr, owner, requested});
-  const auto rounded = static_cast<std::int64_t>(rounded_size(owner));
-  stats_.allocated_bytes.increase(rounded);
-  stats_.allocated_count.count();
-  stats_.requested_bytes.increase(static_cast<std::int64_t>(requested));
-  stats_.active_bytes.increase(rounded);
-  stats_.active_count.count();
-  stats_.cached_bytes.decrease(rounded);
-}
-
 Error DeviceAllocator::deallocate(void* ptr, FreeOrder order) {
   if (ptr == nullptr) return Error::ok;
-  std::lock_guard lock(lock_);
-  const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
-  LiveEntry* entry = live_.find(addr);
-  if (entry == nullptr) {
-    return fail(Error::invalid_pointer,
-                "free of %p on device %d: not an allocation of cudalloc that is still live "
-                "(double free, foreign or interior pointer)", ptr, ordinal_);
-  }
-  const LiveEntry e = *entry;
-  live_.erase(entry);
-  const std::size_t rounded = rounded_size(e.owner);
-  if (trace_.enabled()) {
-    trace_.record(TraceAction::free_requested, addr, rounded, stream_of(e.owner));
-  }
-  stats_.allocated_bytes.decrease(static_cast<std::int64_t>(rounded));
-  stats_.allocated_count.decrease(1);
-  stats_.requested_bytes.decrease(static_cast<std::int64_t>(e.requested));
-  Error err = Error::ok;
-  if (order == FreeOrder::device) {
-    stream_uses_.erase(addr);  // the fence covers every stream
-    defer_until_device_idle(e);
-  } else if (e.owner & kHasStreamUses) {
-    auto uses = stream_uses_.extract(addr);
-    err = defer_free(e, stream_of(e.owner), uses.mapped());
-  } else {
-    complete_free(e.owner, addr, e.requested);
-  }
-  if (settings_.promote > 0 && stats_.host_active_bytes.current > 0) maybe_promote();
-  if (settings_.validate) check_after_operation("free");
-  return err;
+  return metadata_guard("free", ordinal_, [&] {
+    std::lock_guard lock(lock_);
+    const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+    LiveEntry* entry = live_.find(addr);
+    if (entry == nullptr) {
+      return fail(Error::invalid_pointer,
+                  "free of %p on device %d: not an allocation of cudalloc that is still live "
+                  "(double free, foreign or interior pointer)", ptr, ordinal_);
+    }
+    const LiveEntry e = *entry;
+    live_.erase(entry);
+    ledger_.free_requested(addr, e.owner.rounded_size(), e.requested, e.owner.stream());
+    if (order == FreeOrder::device) {
+      deferred_.free_in_device_order(e);
+    } else {
+      deferred_.free_in_stream_order(e);
+    }
+    if (settings_.promote > 0 && paged() && ledger_.stats().host_active_bytes.current > 0) {
+      migrator_.maybe_promote();
+    }
+    if (settings_.validate) check_after_operation("free");
+    return Error::ok;
+  });
 }
 
-void DeviceAllocator::complete_free(std::uintptr_t owner, std::uintptr_t addr,
-                                    std::size_t /*requested*/) {
-  const std::size_t rounded = rounded_size(owner);
-  if (trace_.enabled()) {
-    trace_.record(TraceAction::free_completed, addr, rounded, stream_of(owner));
-  }
-  if (owner & kSlabTag) {
-    free_small(reinterpret_cast<Slab*>(owner & ~kTagMask), addr);
+void DeviceAllocator::complete_free(Owner owner, std::uintptr_t addr) {
+  ledger_.free_completed(addr, owner.rounded_size(), owner.stream());
+  if (owner.is_slab()) {
+    slabs_.free(owner.slab(), addr);
   } else {
-    free_block(reinterpret_cast<Block*>(owner & ~kTagMask));
+    blocks_.free(owner.block());
   }
-  stats_.active_bytes.decrease(static_cast<std::int64_t>(rounded));
-  stats_.active_count.decrease(1);
-  stats_.cached_bytes.increase(static_cast<std::int64_t>(rounded));
 }
 
 Error DeviceAllocator::record_stream(void* ptr, StreamHandle stream) {
-  std::lock_guard lock(lock_);
-  LiveEntry* entry = live_.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (entry == nullptr) {
-    return fail(Error::invalid_pointer,
-                "record_stream of %p on device %d: not a live allocation of cudalloc", ptr,
-                ordinal_);
-  }
-  if (stream == stream_of(entry->owner)) return Error::ok;  // stream order covers it
-  auto& uses = stream_uses_[entry->key];
-  for (StreamHandle s : uses) {
-    if (s == stream) return Error::ok;
-  }
-  uses.push_back(stream);
-  entry->owner |= kHasStreamUses;
-  return Error::ok;
+  return metadata_guard("record_stream", ordinal_, [&] {
+    std::lock_guard lock(lock_);
+    LiveEntry* entry = live_.find(reinterpret_cast<std::uintptr_t>(ptr));
+    if (entry == nullptr) {
+      return fail(Error::invalid_pointer,
+                  "record_stream of %p on device %d: not a live allocation of cudalloc", ptr,
+                  ordinal_);
+    }
+    deferred_.note_use(*entry, stream);
+    return Error::ok;
+  });
 }
 
 Error DeviceAllocator::empty_cache() {
-  std::lock_guard lock(lock_);
-  release_cached_memory();
-  release_cached_pages();
-  if (settings_.validate) check_after_operation("empty_cache");
-  return Error::ok;
+  return metadata_guard("empty_cache", ordinal_, [&] {
+    std::lock_guard lock(lock_);
+    release_cached_memory();
+    if (paged() && mapper_.release_cached()) blocks_.release_free_ranges();
+    if (settings_.validate) check_after_operation("empty_cache");
+    return Error::ok;
+  });
+}
+
+void DeviceAllocator::release_cached_memory() {
+  deferred_.poll(Wait::block);
+  deferred_.complete_after_device_sync();
+  slabs_.release_empty();
+  blocks_.release_free_segments(Segment::Kind::plain);
+  blocks_.release_free_segments(Segment::Kind::pinned_host);
 }
 
 Error DeviceAllocator::set_memory_fraction(double fraction) {
@@ -309,19 +272,36 @@ Error DeviceAllocator::set_memory_limit(std::size_t bytes) {
 }
 
 void DeviceAllocator::register_stream(StreamHandle stream) {
-  std::lock_guard lock(lock_);
-  if (std::find(fence_streams_.begin(), fence_streams_.end(), stream) != fence_streams_.end()) {
-    return;
-  }
-  // Memory already reused may have been freed while older work still used it: the new
-  // stream starts after all of that work.
-  order_streams_after_now({stream});
-  fence_streams_.push_back(stream);
+  metadata_guard("register_stream", ordinal_, [&] {
+    std::lock_guard lock(lock_);
+    deferred_.register_stream(stream);
+  });
 }
 
 void DeviceAllocator::unregister_stream(StreamHandle stream) {
-  std::lock_guard lock(lock_);
-  std::erase(fence_streams_, stream);
+  metadata_guard("unregister_stream", ordinal_, [&] {
+    std::lock_guard lock(lock_);
+    deferred_.unregister_stream(stream);
+    release_pool(stream);
+  });
+}
+
+void DeviceAllocator::release_pool(StreamHandle stream) {
+  StreamPool* pool = pools_.find(stream);
+  if (pool == nullptr || !paged() || stream == 0) return;
+  for (const Segment* seg : pool->segments) {
+    if (!seg->paged() || !seg->wholly_free()) return;  // memory in use, or not a range
+  }
+  // The stream is still valid here (it is destroyed after this call): wait for its work, so
+  // that its idle pages can be unmapped and its pages' ordering forgotten.
+  if (sync_.wait_for(stream) != Error::ok) return;
+  pool->settled_epoch = physical_.epoch();
+  for (Segment* seg : pool->segments) {
+    for (Page& page : seg->pages) {
+      if (page.phys != nullptr && mapper_.unmap(page) != Error::ok) return;
+    }
+  }
+  blocks_.release_free_ranges(pool);
 }
 
 Error DeviceAllocator::memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {
@@ -332,11 +312,12 @@ Error DeviceAllocator::memory_info(std::size_t* free_bytes, std::size_t* total_b
                 device::status_name(status));
   }
   std::lock_guard lock(lock_);
-  const auto active = static_cast<std::size_t>(stats_.active_bytes.current);
-  const auto cached = static_cast<std::size_t>(stats_.cached_bytes.current);
+  const Stats& s = ledger_.stats();
+  const auto active = static_cast<std::size_t>(s.active_bytes.current);
+  const auto cached = static_cast<std::size_t>(s.cached_bytes.current);
   std::size_t free = device_free + cached;
   std::size_t total = device_total;
-  if (const std::size_t cap = reserve_cap(); cap != 0 && cap < total) {
+  if (const std::size_t cap = budget_.reserve_cap(); cap != 0 && cap < total) {
     total = cap;
     free = std::min(free, cap > active ? cap - active : 0);
   }
@@ -345,24 +326,60 @@ Error DeviceAllocator::memory_info(std::size_t* free_bytes, std::size_t* total_b
   return Error::ok;
 }
 
-std::size_t DeviceAllocator::reserve_cap() const {
-  std::size_t cap = settings_.limit;
-  if (settings_.fraction < 1.0 && device_total_ != 0) {
-    const auto by_fraction =
-        static_cast<std::size_t>(settings_.fraction * static_cast<double>(device_total_));
-    if (cap == 0 || by_fraction < cap) cap = by_fraction;
+Error DeviceAllocator::span_of(const void* ptr, AllocationSpan* out) const {
+  const auto key = reinterpret_cast<std::uintptr_t>(ptr);
+  const LiveEntry* entry = key == 0 ? nullptr : live_.find(key);
+  if (entry == nullptr) {
+    return fail(Error::invalid_pointer, "device %d: %p is not a live allocation of cudalloc",
+                ordinal_, ptr);
   }
-  return cap;
+  *out = AllocationSpan{entry->owner.segment(), key, entry->owner.rounded_size()};
+  return Error::ok;
+}
+
+Error DeviceAllocator::move(void* ptr, Location to, StreamHandle stream) {
+  return metadata_guard(to == Location::host ? "offload" : "prefetch", ordinal_, [&] {
+    std::lock_guard lock(lock_);
+    AllocationSpan span;
+    if (const Error err = span_of(ptr, &span); err != Error::ok) return err;
+    const Error err = migrator_.move(span, to, stream);
+    if (settings_.validate) check_after_operation(to == Location::host ? "offload" : "prefetch");
+    return err;
+  });
+}
+
+Error DeviceAllocator::offload(void* ptr, StreamHandle stream) {
+  return move(ptr, Location::host, stream);
+}
+
+Error DeviceAllocator::prefetch(void* ptr, StreamHandle stream) {
+  return move(ptr, Location::device, stream);
+}
+
+Error DeviceAllocator::promote() {
+  return metadata_guard("promote", ordinal_, [&] {
+    std::lock_guard lock(lock_);
+    return paged() ? migrator_.promote() : Error::ok;
+  });
+}
+
+Error DeviceAllocator::residency(const void* ptr, std::size_t* device_bytes,
+                                 std::size_t* host_bytes) const {
+  std::lock_guard lock(lock_);
+  AllocationSpan span;
+  if (const Error err = span_of(ptr, &span); err != Error::ok) return err;
+  migrator_.residency(span, device_bytes, host_bytes);
+  return Error::ok;
 }
 
 Stats DeviceAllocator::stats() const {
   std::lock_guard lock(lock_);
-  return stats_;
+  return ledger_.stats();
 }
 
 void DeviceAllocator::reset_peak_stats() {
   std::lock_guard lock(lock_);
-  stats_.for_each_mutable([](std::string_view, Stat& s) { s.reset_peak(); });
+  ledger_.reset_peaks();
 }
 
 bool DeviceAllocator::owns(const void* ptr) const {
@@ -370,15 +387,7 @@ bool DeviceAllocator::owns(const void* ptr) const {
   return live_.find(reinterpret_cast<std::uintptr_t>(ptr)) != nullptr;
 }
 
-void DeviceAllocator::release_cached_memory() {
-  process_pending(true);
-  complete_device_ordered_frees();
-  release_empty_slabs();
-  release_free_segments(false);
-  release_free_segments(true);
-}
-
-void DeviceAllocator::check_after_operation(const char* operation) {
+void DeviceAllocator::check_after_operation(const char* operation) const {
   const std::string problem = validate_locked();
   if (!problem.empty()) log().error("invariant broken after {}: {}", operation, problem);
 }

@@ -2,6 +2,9 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
+
+#include <unistd.h>
 
 namespace cudalloc {
 namespace {
@@ -31,5 +34,20 @@ Error fail(Error e, const char* format, ...) {
 }
 
 const char* last_error_message() { return t_message; }
+
+void fatal_host_out_of_memory(const char* operation, int device) noexcept {
+  // No allocation on this path: format into the stack and write(2) directly.
+  char line[256];
+  const int n = std::snprintf(line, sizeof line,
+                              "cudalloc: fatal: host memory exhausted while updating the "
+                              "allocator's metadata in %s on device %d; aborting\n",
+                              operation, device);
+  if (n > 0) {
+    const auto len = static_cast<std::size_t>(n) < sizeof line ? static_cast<std::size_t>(n)
+                                                                : sizeof line - 1;
+    [[maybe_unused]] const auto written = ::write(2, line, len);
+  }
+  std::abort();
+}
 
 }  // namespace cudalloc

@@ -5,6 +5,8 @@
 // buffer, so reporting an error never allocates.
 #pragma once
 
+#include <new>
+
 namespace cudalloc {
 
 enum class Error {
@@ -23,5 +25,23 @@ const char* error_name(Error e);
 // Formats the calling thread's last error message (printf style) and returns `e`.
 Error fail(Error e, const char* format, ...) __attribute__((format(printf, 2, 3)));
 const char* last_error_message();
+
+// Host memory for the allocator's own metadata (block and page records, tables) is assumed.
+// Running out of it inside an operation that changes the allocator's state is fatal: the
+// process is ended with a message naming the operation, because the state could no longer be
+// trusted (a half-done split, a page whose record was not made). mimalloc and snmalloc treat
+// metadata exhaustion the same way. Read-only operations (stats, state copies, validation)
+// leave the state untouched and report out_of_memory instead.
+[[noreturn]] void fatal_host_out_of_memory(const char* operation, int device) noexcept;
+
+// Runs f() (a state-changing operation on `device`) under that policy.
+template <typename F>
+auto metadata_guard(const char* operation, int device, F&& f) noexcept -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    fatal_host_out_of_memory(operation, device);
+  }
+}
 
 }  // namespace cudalloc

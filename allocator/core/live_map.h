@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/owner.h"
+
 namespace cudalloc {
 
 struct LiveEntry {
   std::uintptr_t key = 0;
-  std::uintptr_t owner = 0;   // tagged pointer, see DeviceAllocator
+  Owner owner;
   std::size_t requested = 0;  // the size the caller asked for
 };
 

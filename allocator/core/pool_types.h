@@ -72,20 +72,27 @@ struct PhysicalPage {
 };
 
 struct Segment {
+  // Chosen once, when the segment is created:
+  //   plain        device memory from one device malloc
+  //   paged        a reserved virtual range whose pages are mapped on demand (page_mapper.h)
+  //   pinned_host  pinned host memory mapped for the device: the host tier without
+  //                host-located pages; it never moves
+  enum class Kind : std::uint8_t { plain, paged, pinned_host };
+
   std::uintptr_t base = 0;
   std::size_t size = 0;
+  Kind kind = Kind::plain;
   // Serves spilled requests only (the host tier): its free blocks sit in the pool's spill bins,
   // out of reach of requests that fit the device, so that a workload spilling every step
-  // finds its spilled pages where it left them. Paged, or pinned host memory (below).
+  // finds its spilled pages where it left them. Paged or pinned_host.
   bool spill = false;
-  // Pinned host memory mapped for the device: the host tier without host-located pages.
-  bool pinned = false;
   StreamPool* pool = nullptr;
   Block* first = nullptr;
-  // Paged segments: one entry per granule of [base, base + size); empty for plain segments.
+  // Paged segments: one entry per granule of [base, base + size); empty for the other kinds.
   std::vector<Page> pages;
 
-  bool paged() const { return !pages.empty(); }
+  bool paged() const { return kind == Kind::paged; }
+  bool pinned_host() const { return kind == Kind::pinned_host; }
   // Indices of the first and last page under [addr, addr + size), size > 0 (paged only).
   struct PageSpan {
     std::size_t first;
@@ -116,17 +123,6 @@ struct Slab {
 struct SlabClass {
   std::vector<Slab*> available;  // slabs with at least one free slot
   std::size_t empty = 0;         // how many of them are wholly empty
-};
-
-// A free waiting for work on other streams (record_stream) before its memory is reusable.
-struct PendingFree {
-  std::uintptr_t owner = 0;  // tagged like LiveEntry::owner
-  std::uintptr_t addr = 0;
-  std::size_t requested = 0;
-  std::vector<EventHandle> events;
-  // The events could not be recorded or queried and the fallback device synchronization
-  // failed too: the free completes only after a later synchronization succeeds.
-  bool needs_device_sync = false;
 };
 
 }  // namespace cudalloc

@@ -1,8 +1,4 @@
-// Slabs: requests up to slab_max are rounded to a size class and served from a slab of that
-// class owned by the requesting stream's pool. A slab is one block of the block pool, so an
-// empty slab goes back to the block pool (and coalesces) once more than slab_keep empty slabs
-// of its class are cached.
-#include "core/device_allocator.h"
+#include "core/slab_pool.h"
 
 namespace cudalloc {
 namespace {
@@ -23,14 +19,11 @@ void make_unavailable(SlabClass& c, Slab* slab) {
 
 }  // namespace
 
-Error DeviceAllocator::allocate_small(StreamPool& pool, std::size_t size, std::uintptr_t* addr,
-                                      Slab** out) {
-  const int cls = classes_.class_of(size);
+Error SlabPool::allocate(StreamPool& pool, const Request& request, std::uintptr_t* addr,
+                         Slab** out) {
+  const int cls = classes_.class_of(request.size);
   SlabClass& c = pool.classes[static_cast<std::size_t>(cls)];
-  if (c.available.empty()) {
-    Slab* fresh = new_slab(pool, cls);
-    if (fresh == nullptr) return Error::out_of_memory;
-  }
+  if (c.available.empty() && new_slab(pool, request, cls) == nullptr) return Error::out_of_memory;
   Slab* slab = c.available.back();
   const std::uint32_t slot = slab->free_slots.back();
   slab->free_slots.pop_back();
@@ -41,9 +34,11 @@ Error DeviceAllocator::allocate_small(StreamPool& pool, std::size_t size, std::u
   return Error::ok;
 }
 
-Slab* DeviceAllocator::new_slab(StreamPool& pool, int cls) {
+Slab* SlabPool::new_slab(StreamPool& pool, const Request& request, int cls) {
   Block* block = nullptr;
-  if (allocate_large(pool, classes_.slab_bytes(cls), true, &block) != Error::ok) return nullptr;
+  Request slab_request = request;
+  slab_request.size = classes_.slab_bytes(cls);
+  if (blocks_.allocate(pool, slab_request, BlockUse::slab, &block) != Error::ok) return nullptr;
   auto* slab = new Slab;
   slab->block = block;
   slab->pool = &pool;
@@ -58,41 +53,39 @@ Slab* DeviceAllocator::new_slab(StreamPool& pool, int cls) {
   SlabClass& c = pool.classes[static_cast<std::size_t>(cls)];
   make_available(c, slab);
   ++c.empty;
-  stats_.slab_bytes.increase(static_cast<std::int64_t>(block->size));
-  stats_.slab_count.count();
+  ledger_.slab_created(block->size);
   return slab;
 }
 
-void DeviceAllocator::free_small(Slab* slab, std::uintptr_t addr) {
+void SlabPool::free(Slab* slab, std::uintptr_t addr) {
   SlabClass& c = slab->pool->classes[static_cast<std::size_t>(slab->cls)];
   const auto slot = static_cast<std::uint32_t>((addr - slab->base()) / slab->object_size);
   slab->free_slots.push_back(slot);
   if (slab->available_index < 0) make_available(c, slab);
-  if (--slab->used == 0 && ++c.empty > settings_.slab_keep) release_slab(slab);
+  if (--slab->used == 0 && ++c.empty > settings_.slab_keep) release(slab);
 }
 
-void DeviceAllocator::release_slab(Slab* slab) {
+void SlabPool::release(Slab* slab) {
   SlabClass& c = slab->pool->classes[static_cast<std::size_t>(slab->cls)];
   make_unavailable(c, slab);
   --c.empty;
   Block* block = slab->block;
-  stats_.slab_bytes.decrease(static_cast<std::int64_t>(block->size));
-  stats_.slab_count.decrease(1);
+  ledger_.slab_released(block->size);
   delete slab;
   block->slab = nullptr;
-  free_block(block);
+  blocks_.free(block);
 }
 
-void DeviceAllocator::release_empty_slabs() {
-  for (auto& [stream, pool] : pools_) {
-    for (SlabClass& c : pool->classes) {
-      // Iterate over a copy: release_slab reorders c.available.
+void SlabPool::release_empty() {
+  pools_.for_each([&](StreamPool& pool) {
+    for (SlabClass& c : pool.classes) {
+      // Iterate over a copy: release reorders c.available.
       const std::vector<Slab*> slabs = c.available;
       for (Slab* slab : slabs) {
-        if (slab->used == 0) release_slab(slab);
+        if (slab->used == 0) release(slab);
       }
     }
-  }
+  });
 }
 
 }  // namespace cudalloc

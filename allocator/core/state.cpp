@@ -92,27 +92,27 @@ DeviceState DeviceAllocator::state() const {
   DeviceState st;
   st.device = ordinal_;
   st.backend = device_.name();
-  st.stats = stats_;
+  st.stats = ledger_.stats();
   st.settings = settings_;
-  st.reserve_cap = reserve_cap();
-  st.device_total = device_total_;
-  st.trace = trace_.events();
-  st.trace_dropped = trace_.dropped();
+  st.reserve_cap = budget_.reserve_cap();
+  st.device_total = budget_.device_total();
+  st.trace = ledger_.trace().events();
+  st.trace_dropped = ledger_.trace().dropped();
 
   std::unordered_map<std::uintptr_t, SlotInfo> slab_objects;
   std::unordered_map<const Block*, std::size_t> block_requested;
   live_.for_each([&](const LiveEntry& e) {
-    if (e.owner & kSlabTag) {
+    if (e.owner.is_slab()) {
       slab_objects[e.key] = SlotInfo{e.requested, BlockState::Kind::allocated};
     } else {
-      block_requested[reinterpret_cast<const Block*>(e.owner & ~kTagMask)] = e.requested;
+      block_requested[e.owner.block()] = e.requested;
     }
   });
-  for_each_pending([&](const PendingFree& p) {
-    if (p.owner & kSlabTag) {
+  deferred_.for_each([&](const PendingFree& p) {
+    if (p.owner.is_slab()) {
       slab_objects[p.addr] = SlotInfo{p.requested, BlockState::Kind::pending};
     } else {
-      block_requested[reinterpret_cast<const Block*>(p.owner & ~kTagMask)] = p.requested;
+      block_requested[p.owner.block()] = p.requested;
     }
   });
   auto describe = [&](const Block* b, std::vector<BlockState>& out, SegmentState& s) {
@@ -132,21 +132,21 @@ DeviceState DeviceAllocator::state() const {
     }
     out.push_back(bs);
   };
-  for (const auto& [stream, pool] : pools_) {
-    for (const Segment* seg : pool->segments) {
+  pools_.for_each([&](const StreamPool& pool) {
+    for (const Segment* seg : pool.segments) {
       if (seg->paged()) {
-        paged_segment_state(*seg, stream, describe, st.segments);
+        paged_segment_state(*seg, pool.stream, describe, st.segments);
         continue;
       }
       SegmentState s;
       s.base = seg->base;
       s.size = seg->size;
-      s.stream = stream;
-      s.host_bytes = seg->pinned ? seg->size : 0;
+      s.stream = pool.stream;
+      s.host_bytes = seg->pinned_host() ? seg->size : 0;
       for (const Block* b = seg->first; b != nullptr; b = b->next) describe(b, s.blocks, s);
       st.segments.push_back(std::move(s));
     }
-  }
+  });
   std::sort(st.segments.begin(), st.segments.end(),
             [](const SegmentState& a, const SegmentState& b) { return a.base < b.base; });
   return st;

@@ -63,11 +63,11 @@ void check_segment(Checker& c, const Segment* seg, const StreamPool& pool, Total
     c.expect(!(is_free && prev != nullptr && prev->state == Block::State::free),
              "adjacent free blocks at ", prev ? prev->addr : 0, " and ", b->addr,
              " were not coalesced");
-    const FreeBins& bins = seg->spill ? pool.spill_free_blocks : pool.free_blocks;
+    const FreeBins& bins = pool.bins_for(*seg);
     c.expect(is_free == bins.contains(b), "block at ",
              b->addr, is_free ? " is free but not in its pool's free set"
                               : " is in the free set but not free");
-    if (seg->pinned && !is_free) t.host_active += static_cast<std::int64_t>(b->size);
+    if (seg->pinned_host() && !is_free) t.host_active += static_cast<std::int64_t>(b->size);
     if (b->state == Block::State::slab) {
       c.expect(b->slab != nullptr && b->slab->block == b, "slab block at ", b->addr,
                " does not point to its slab");
@@ -81,8 +81,10 @@ void check_segment(Checker& c, const Segment* seg, const StreamPool& pool, Total
   }
   c.expect(at == seg->base + seg->size, "segment at ", seg->base, " blocks do not cover it");
   if (seg->paged()) return;  // its pages are counted by check_pages
-  c.expect(!seg->pinned || seg->spill, "pinned segment at ", seg->base, " is not a spill segment");
-  if (seg->pinned) {
+  c.expect(!seg->pinned_host() || seg->spill, "pinned segment at ", seg->base,
+           " is not a spill segment");
+  c.expect(seg->pages.empty(), "unpaged segment at ", seg->base, " has page records");
+  if (seg->pinned_host()) {
     t.host_reserved += static_cast<std::int64_t>(seg->size);
     return;
   }
@@ -121,28 +123,26 @@ void check_pages(Checker& c, const Segment* seg, std::size_t page_size, Totals& 
 std::string DeviceAllocator::validate_locked() const {
   Checker c;
   Totals t;
-  for (const auto& [stream, pool] : pools_) {
-    c.expect(pool->stream == stream, "pool keyed by the wrong stream");
+  pools_.for_each([&](const StreamPool& pool) {
     const std::int64_t free_before = t.free_blocks;
-    for (const Segment* seg : pool->segments) {
-      check_segment(c, seg, *pool, t);
+    for (const Segment* seg : pool.segments) {
+      check_segment(c, seg, pool, t);
       if (seg->paged()) check_pages(c, seg, page_size_, t);
     }
     c.expect(std::size_t(t.free_blocks - free_before) ==
-                 pool->free_blocks.size() + pool->spill_free_blocks.size(),
+                 pool.free_blocks.size() + pool.spill_free_blocks.size(),
              "a pool's free bins hold blocks that are not free blocks of its segments");
-    for (const SlabClass& cls : pool->classes) {
+    for (const SlabClass& cls : pool.classes) {
       std::size_t empty = 0;
       for (const Slab* s : cls.available) empty += s->used == 0 ? 1 : 0;
       c.expect(empty == cls.empty, "a size class counts ", cls.empty, " empty slabs, has ", empty);
     }
-  }
+  });
   // Every live allocation sits in an allocated block or an allocated slot of a slab.
   std::unordered_map<const Slab*, std::uint32_t> slab_live;
   live_.for_each([&](const LiveEntry& e) {
-    const std::uintptr_t owner = e.owner & ~kTagMask;
-    if (e.owner & kSlabTag) {
-      const auto* slab = reinterpret_cast<const Slab*>(owner);
+    if (e.owner.is_slab()) {
+      const Slab* slab = e.owner.slab();
       const std::uintptr_t offset = e.key - slab->base();
       c.expect(e.key >= slab->base() && offset % slab->object_size == 0 &&
                    offset / slab->object_size < slab->capacity,
@@ -150,24 +150,24 @@ std::string DeviceAllocator::validate_locked() const {
       ++slab_live[slab];
       t.allocated += slab->object_size;
     } else {
-      const auto* b = reinterpret_cast<const Block*>(owner);
+      const Block* b = e.owner.block();
       c.expect(b->addr == e.key && b->state == Block::State::allocated, "live pointer ", e.key,
                " does not match an allocated block");
       t.allocated += static_cast<std::int64_t>(b->size);
     }
     c.expect(e.requested > 0, "live pointer ", e.key, " has requested size 0");
-    c.expect(((e.owner & kHasStreamUses) != 0) == (stream_uses_.count(e.key) == 1),
+    c.expect(e.owner.has_stream_uses() == deferred_.has_stream_uses(e.key),
              "live pointer ", e.key, " stream-use flag disagrees with the stream-use table");
     ++t.allocations;
     t.requested += static_cast<std::int64_t>(e.requested);
   });
-  for_each_pending([&](const PendingFree& p) {
-    if (p.owner & kSlabTag) {
-      const auto* slab = reinterpret_cast<const Slab*>(p.owner & ~kTagMask);
+  deferred_.for_each([&](const PendingFree& p) {
+    if (p.owner.is_slab()) {
+      const Slab* slab = p.owner.slab();
       ++slab_live[slab];
       t.pending_bytes += slab->object_size;
     } else {
-      const auto* b = reinterpret_cast<const Block*>(p.owner & ~kTagMask);
+      const Block* b = p.owner.block();
       c.expect(b->state == Block::State::pending, "pending free at ", p.addr,
                " is not a pending block");
       t.pending_bytes += static_cast<std::int64_t>(b->size);
@@ -179,12 +179,13 @@ std::string DeviceAllocator::validate_locked() const {
              " used objects but ", n, " are live or pending");
   }
   std::int64_t listed = 0;
-  for (const IdleList* list : {&device_idle_, &host_idle_}) {
+  const auto& host_idle = physical_.host_idle_list();
+  for (const PhysicalPages::IdleList* list : {&physical_.device_idle_list(), &host_idle}) {
     std::uint64_t last_epoch = 0;
     std::size_t in_list = 0;
     for (const PhysicalPage* p = list->head; p != nullptr && c.ok(); p = p->idle_next) {
       c.expect(p->owner == nullptr, "a physical page in the idle list has an owner");
-      c.expect(p->host == (list == &host_idle_), "a physical page is in the wrong idle list");
+      c.expect(p->host == (list == &host_idle), "a physical page is in the wrong idle list");
       c.expect(p->idle_since > last_epoch, "the idle list is out of order");
       last_epoch = p->idle_since;
       ++in_list;
@@ -195,8 +196,9 @@ std::string DeviceAllocator::validate_locked() const {
   }
   std::int64_t host_pages = 0;
   std::int64_t mappings = 0, idle = 0;
-  for (std::size_t i = 0; i < physical_pages_.size() && c.ok(); ++i) {
-    const PhysicalPage* p = physical_pages_[i];
+  const std::vector<PhysicalPage*>& physical = physical_.all();
+  for (std::size_t i = 0; i < physical.size() && c.ok(); ++i) {
+    const PhysicalPage* p = physical[i];
     c.expect(p->index == i, "physical page ", i, " has a stale index");
     c.expect(p->owner == nullptr || p->owner->phys == p, "physical page ", i,
              " is owned by a page it is not mapped at");
@@ -214,16 +216,16 @@ std::string DeviceAllocator::validate_locked() const {
   }
   c.expect(listed == idle, "idle physical pages: ", idle, " without owner, ", listed,
            " listed");
-  c.expect(std::size_t(host_pages) == host_pages_, "host pages: ", host_pages, " found, ",
-           host_pages_, " counted");
+  c.expect(std::size_t(host_pages) == physical_.host_count(), "host pages: ", host_pages,
+           " found, ", physical_.host_count(), " counted");
   c.expect(mappings == t.mapped_pages, "physical pages list ", mappings,
            " mappings, segments have ", t.mapped_pages, " mapped pages");
   const auto page = static_cast<std::int64_t>(page_size_);
-  const auto physical = static_cast<std::int64_t>(physical_pages_.size()) - host_pages;
-  t.reserved += physical * page;
-  t.segments += physical;
+  const auto device_pages = static_cast<std::int64_t>(physical.size()) - host_pages;
+  t.reserved += device_pages * page;
+  t.segments += device_pages;
   t.host_reserved += host_pages * page;
-  const Stats& s = stats_;
+  const Stats& s = ledger_.stats();
   c.expect(s.mapped_bytes.current == t.mapped_pages * page, "mapped_bytes ",
            s.mapped_bytes.current, " != mapped pages ", t.mapped_pages * page);
   c.expect(s.reserved_bytes.current == t.reserved, "reserved_bytes ", s.reserved_bytes.current,

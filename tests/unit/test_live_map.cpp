@@ -21,7 +21,7 @@ TEST_CASE("LiveMap agrees with std::map under random churn", "[live_map]") {
       map.erase(e);
       truth.erase(key);
     } else {
-      map.insert(LiveEntry{key, 0, key / 256});
+      map.insert(LiveEntry{key, Owner{}, key / 256});
       truth[key] = key / 256;
     }
     REQUIRE(map.size() == truth.size());

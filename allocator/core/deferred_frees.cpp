@@ -1,0 +1,147 @@
+#include "core/deferred_frees.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+
+namespace cudalloc {
+
+void DeferredFrees::note_use(LiveEntry& entry, StreamHandle stream) {
+  if (stream == entry.owner.stream()) return;  // stream order covers it
+  auto& uses = stream_uses_[entry.key];
+  if (std::find(uses.begin(), uses.end(), stream) != uses.end()) return;
+  uses.push_back(stream);
+  entry.owner = entry.owner.with_stream_uses();
+}
+
+PendingFree DeferredFrees::make_pending(const LiveEntry& entry) {
+  PendingFree pending;
+  pending.owner = entry.owner.untagged();
+  pending.addr = entry.key;
+  pending.requested = entry.requested;
+  return pending;
+}
+
+bool DeferredFrees::record_uses(const std::vector<StreamHandle>& uses, PendingFree& pending) {
+  const StreamHandle own = pending.owner.stream();
+  for (StreamHandle stream : uses) {
+    if (stream == own) continue;
+    StreamSync::Event event;
+    if (!sync_.record(stream, &event)) {
+      pending.events.clear();
+      return false;
+    }
+    pending.events.push_back(std::move(event));
+  }
+  return true;
+}
+
+void DeferredFrees::free_in_stream_order(const LiveEntry& entry) {
+  if (!entry.owner.has_stream_uses()) {
+    pools_.complete_free(entry.owner, entry.key);
+    return;
+  }
+  auto uses = stream_uses_.extract(entry.key);
+  PendingFree pending = make_pending(entry);
+  if (!record_uses(uses.mapped(), pending)) {
+    // Without events the only safe order is a full device synchronization.
+    log().debug("a pending free's event failed; synchronizing the device");
+    if (sync_.synchronize_device()) {
+      pools_.complete_free(pending.owner, pending.addr);
+      return;
+    }
+    pending.needs_device_sync = true;
+  }
+  if (!pending.owner.is_slab()) pending.owner.block()->state = Block::State::pending;
+  ledger_.pending_free();
+  pending_.push_back(std::move(pending));
+}
+
+void DeferredFrees::free_in_device_order(const LiveEntry& entry) {
+  stream_uses_.erase(entry.key);  // the fence covers every stream
+  // With no stream but the default ones, later work is already ordered after the free's
+  // (the legacy default stream orders against every blocking stream): reuse at once.
+  if (fence_streams_.empty()) {
+    pools_.complete_free(entry.owner.untagged(), entry.key);
+    return;
+  }
+  PendingFree pending = make_pending(entry);
+  if (!pending.owner.is_slab()) pending.owner.block()->state = Block::State::pending;
+  ledger_.pending_free();
+  unfenced_.push_back(std::move(pending));
+}
+
+void DeferredFrees::poll(Wait wait) {
+  for (std::size_t i = 0; i < pending_.size();) {
+    PendingFree& p = pending_[i];
+    bool done = true;
+    for (const StreamSync::Event& e : p.events) {
+      if (p.needs_device_sync) break;
+      const auto status = sync_.completed(e, wait);
+      if (status == device::Status::not_ready) {
+        done = false;
+        break;
+      }
+      if (status != device::Status::ok) {
+        p.needs_device_sync = true;  // an event in error: fall back to the device
+        break;
+      }
+    }
+    if (p.needs_device_sync) {
+      // Only a synchronization that succeeds proves the work done; until then the memory
+      // stays out of use. Without waiting, one attempt per allocation is enough.
+      done = sync_.synchronize_device();
+    }
+    if (!done) {
+      ++i;
+      continue;
+    }
+    PendingFree finished = std::move(p);
+    pending_[i] = std::move(pending_.back());
+    pending_.pop_back();
+    finished.events.clear();
+    pools_.complete_free(finished.owner, finished.addr);
+  }
+}
+
+void DeferredFrees::fence() {
+  if (unfenced_.empty()) return;
+  if (!fence_streams_.empty()) {
+    std::vector<StreamHandle> waiters = fence_streams_;
+    waiters.push_back(0);
+    if (!sync_.fence(fence_streams_, waiters)) return;  // nothing is ordered: keep waiting
+  }
+  std::vector<PendingFree> done;
+  done.swap(unfenced_);
+  for (PendingFree& p : done) pools_.complete_free(p.owner, p.addr);
+}
+
+void DeferredFrees::complete_after_device_sync() {
+  if (unfenced_.empty()) return;
+  // Everything queued so far finishes; if the device cannot say so, nothing completes.
+  if (!sync_.synchronize_device()) return;
+  std::vector<PendingFree> done;
+  done.swap(unfenced_);
+  for (PendingFree& p : done) pools_.complete_free(p.owner, p.addr);
+}
+
+void DeferredFrees::register_stream(StreamHandle stream) {
+  if (std::find(fence_streams_.begin(), fence_streams_.end(), stream) != fence_streams_.end()) {
+    return;
+  }
+  // Memory already reused may have been freed while older work still used it: the new
+  // stream starts after all of that work.
+  const StreamHandle waiters[] = {stream};
+  sync_.fence(fence_streams_, waiters);
+  fence_streams_.push_back(stream);
+}
+
+void DeferredFrees::unregister_stream(StreamHandle stream) { std::erase(fence_streams_, stream); }
+
+void DeferredFrees::forget() {
+  pending_.clear();
+  unfenced_.clear();
+  stream_uses_.clear();
+}
+
+}  // namespace cudalloc

@@ -1,0 +1,78 @@
+// Ledger: the one place where what happens to memory becomes statistics and trace entries.
+//
+// Components report domain events (memory reserved or released, handed out, freed, completed,
+// pages mapped or unmapped); the ledger updates the stats (stats_fields.h) and records the
+// trace (trace.h) together, so that every invariant between the gauges holds by construction:
+//   cached = reserved + host_reserved - active
+// (validate.cpp checks it and every gauge against the structures). Nothing else writes stats.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/stats.h"
+#include "core/trace.h"
+#include "device/device.h"
+
+namespace cudalloc {
+
+using device::StreamHandle;
+
+class Ledger {
+ public:
+  explicit Ledger(std::size_t trace_capacity) : trace_(trace_capacity) {}
+
+  const Stats& stats() const { return stats_; }
+  const TraceRing& trace() const { return trace_; }
+  void reset_peaks();
+  // cudaDeviceReset: every gauge drops to zero; peaks, totals and counters keep their history.
+  void forget_everything();
+
+  // Memory from the driver or the host. A plain segment (`base` is its address) and a
+  // physical page (`base` 0: not traced, its mappings are) count as device memory; host memory
+  // (pinned host segments, host-located pages) counts in host_reserved.
+  void reserved(device::Location where, std::uintptr_t base, std::size_t bytes,
+                StreamHandle stream);
+  void released(device::Location where, std::uintptr_t base, std::size_t bytes,
+                StreamHandle stream);
+  void page_mapped(std::uintptr_t va, std::size_t bytes, StreamHandle stream);
+  void page_unmapped(std::uintptr_t va, std::size_t bytes, StreamHandle stream);
+  // Host memory that came under (or left) an allocation in use.
+  void host_in_use(std::size_t bytes) { stats_.host_active_bytes.increase(signed_(bytes)); }
+  void host_unused(std::size_t bytes) { stats_.host_active_bytes.decrease(signed_(bytes)); }
+
+  // An allocation's life: handed to the caller, freed by the caller, reusable again.
+  void handed_out(std::uintptr_t addr, std::size_t rounded, std::size_t requested,
+                  StreamHandle stream);
+  void free_requested(std::uintptr_t addr, std::size_t rounded, std::size_t requested,
+                      StreamHandle stream);
+  void free_completed(std::uintptr_t addr, std::size_t rounded, StreamHandle stream);
+
+  void free_block_added() { stats_.cached_count.count(); }
+  void free_block_removed() { stats_.cached_count.decrease(1); }
+  void slab_created(std::size_t bytes);
+  void slab_released(std::size_t bytes);
+
+  // Event counters.
+  void out_of_memory(std::size_t size, StreamHandle stream);
+  void cache_hit() { stats_.cache_hits.count(); }
+  void retry() { stats_.alloc_retries.count(); }
+  void stream_steal() { stats_.stream_steals.count(); }
+  void pending_free() { stats_.pending_frees.count(); }
+  void page_wait() { stats_.page_waits.count(); }
+  void spill() { stats_.spills.count(); }
+  void pages_moved(device::Location to, std::size_t pages);
+
+  bool tracing() const { return trace_.enabled(); }
+
+ private:
+  static std::int64_t signed_(std::size_t bytes) { return static_cast<std::int64_t>(bytes); }
+  void trace(TraceAction action, std::uintptr_t addr, std::size_t size, StreamHandle stream) {
+    if (trace_.enabled()) trace_.record(action, addr, size, stream);
+  }
+
+  Stats stats_;
+  TraceRing trace_;
+};
+
+}  // namespace cudalloc

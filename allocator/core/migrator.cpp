@@ -1,0 +1,279 @@
+#include "core/migrator.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+
+namespace cudalloc {
+
+using device::Location;
+
+namespace {
+
+bool on(const PhysicalPage& phys, Location where) { return phys.host == (where == Location::host); }
+
+// The end of the run of pages with consecutive addresses that starts at `first`.
+std::size_t run_end(const std::vector<Page*>& pages, std::size_t first) {
+  std::size_t end = first + 1;
+  while (end < pages.size() && pages[end]->segment == pages[first]->segment &&
+         pages[end] - pages[first] == static_cast<std::ptrdiff_t>(end - first)) {
+    ++end;
+  }
+  return end;
+}
+
+}  // namespace
+
+Error Migrator::move(const AllocationSpan& span, Location to, StreamHandle stream) {
+  const Segment& seg = *span.segment;
+  if (!seg.paged()) {
+    return fail(Error::not_supported,
+                "device %d: %#zx cannot move: only allocations in paged segments (vmm) can, "
+                "and this one is in %s", ordinal_, static_cast<std::size_t>(span.addr),
+                seg.pinned_host() ? "pinned host memory" : "a plain segment");
+  }
+  const auto [first, last] = seg.pages_under(span.addr, span.size, mapper_.page_size());
+  std::vector<Page*> pages;
+  for (std::size_t i = first; i <= last; ++i) pages.push_back(&span.segment->pages[i]);
+  return move_pages(std::move(pages), to, stream);
+}
+
+Error Migrator::move_pages(std::vector<Page*> pages, Location to, StreamHandle stream) {
+  std::erase_if(pages, [&](const Page* p) { return on(*p->phys, to); });
+  if (pages.empty()) return Error::ok;
+  const StreamHandle own = pages.front()->segment->pool->stream;
+  if (own != stream) sync_.order_after(own, stream);
+  for (std::size_t at = 0; at < pages.size(); at += Staging::kStagingPages) {
+    const std::size_t end = std::min(pages.size(), at + Staging::kStagingPages);
+    const std::vector<Page*> batch(pages.begin() + static_cast<std::ptrdiff_t>(at),
+                                   pages.begin() + static_cast<std::ptrdiff_t>(end));
+    if (const Error err = move_batch(batch, to, stream); err != Error::ok) return err;
+  }
+  return Error::ok;
+}
+
+Error Migrator::acquire_targets(std::size_t count, Location to,
+                                std::vector<PhysicalPage*>& fresh) {
+  // Host pages within host_limit, or device pages within the cap.
+  for (std::size_t k = 0; k < count; ++k) {
+    PhysicalPage* phys = nullptr;
+    const Error err = to == Location::host
+                          ? physical_.acquire_host(&phys)
+                          : physical_.acquire(Claim::fresh, Request{}, &phys);
+    if (err == Error::ok) {
+      fresh.push_back(phys);
+      continue;
+    }
+    for (PhysicalPage* p : fresh) physical_.make_idle(*p);
+    fresh.clear();
+    if (err != Error::out_of_memory) return err;
+    if (to == Location::host && !physical_.host_supported()) {
+      return fail(Error::not_supported,
+                  "device %d: the driver cannot create host-located pages to move to", ordinal_);
+    }
+    return fail(Error::out_of_memory, "device %d: no %s memory to move %zu pages to (%s)",
+                ordinal_, to == Location::host ? "host" : "device", count,
+                to == Location::host ? "host_limit or the host is full"
+                                     : "the device budget is full");
+  }
+  return Error::ok;
+}
+
+Error Migrator::move_batch(const std::vector<Page*>& pages, Location to, StreamHandle stream) {
+  // 1. New backing.
+  std::vector<PhysicalPage*> fresh;
+  if (const Error err = acquire_targets(pages.size(), to, fresh); err != Error::ok) return err;
+  // 2-3. Copy into the new pages, then wait for the copies and everything before them.
+  std::vector<char> done(pages.size(), 0);
+  std::size_t staged = 0;
+  std::vector<std::uintptr_t> targets(pages.size());
+  Error err = prepare_targets(fresh, stream, targets, &staged);
+  if (err == Error::ok) err = copy_pages(pages, targets, stream);
+  if (err == Error::ok) err = sync_.wait_for(stream);
+  // 4. Swap the backing, run by run.
+  for (std::size_t k = 0; err == Error::ok && k < pages.size();) {
+    const std::size_t end = run_end(pages, k);
+    err = swap_run(pages, fresh, k, end, done);
+    k = end;
+  }
+  staging_.unstage(staged);
+  std::size_t moved = 0;
+  for (std::size_t k = 0; k < fresh.size(); ++k) {
+    if (done[k]) {
+      ++moved;
+    } else {
+      physical_.make_idle(*fresh[k]);
+    }
+  }
+  ledger_.pages_moved(to, moved);
+  return err;
+}
+
+Error Migrator::prepare_targets(const std::vector<PhysicalPage*>& fresh, StreamHandle stream,
+                                std::vector<std::uintptr_t>& targets, std::size_t* staged) {
+  // A new page may have been used by another stream until recently (an idle page): the copy
+  // into it comes after that work.
+  std::vector<StreamHandle> ordered;
+  for (PhysicalPage* phys : fresh) {
+    if (phys->last_pool == nullptr || phys->last_pool->stream == stream) continue;
+    if (std::find(ordered.begin(), ordered.end(), phys->last_pool->stream) != ordered.end()) {
+      continue;
+    }
+    ordered.push_back(phys->last_pool->stream);
+    sync_.order_after(phys->last_pool->stream, stream);
+  }
+  // Where each is written: a host page's home mapping, a mapping an idle device page keeps at
+  // an address nobody uses, or else a staging slot.
+  std::vector<PhysicalPage*> to_stage;
+  std::vector<std::size_t> staged_at;
+  for (std::size_t k = 0; k < fresh.size(); ++k) {
+    targets[k] = fresh[k]->home;
+    for (const Page* m : fresh[k]->mappings) {
+      if (targets[k] == 0 && m->accessible) targets[k] = mapper_.address_of(*m);
+    }
+    if (targets[k] != 0) continue;
+    to_stage.push_back(fresh[k]);
+    staged_at.push_back(k);
+  }
+  if (to_stage.empty()) return Error::ok;
+  if (const Error err = staging_.stage(to_stage, staged); err != Error::ok) return err;
+  for (std::size_t i = 0; i < staged_at.size(); ++i) targets[staged_at[i]] = staging_.slot(i);
+  return Error::ok;
+}
+
+Error Migrator::copy_pages(const std::vector<Page*>& pages,
+                           const std::vector<std::uintptr_t>& targets, StreamHandle stream) {
+  const std::size_t page_size = mapper_.page_size();
+  // Consecutive pages whose targets are consecutive too are one copy.
+  for (std::size_t k = 0; k < pages.size();) {
+    std::size_t end = k + 1;
+    while (end < pages.size() &&
+           mapper_.address_of(*pages[end]) == mapper_.address_of(*pages[end - 1]) + page_size &&
+           targets[end] == targets[end - 1] + page_size) {
+      ++end;
+    }
+    const auto status = device_.copy(ordinal_, targets[k], mapper_.address_of(*pages[k]),
+                                     (end - k) * page_size, stream);
+    if (status != device::Status::ok) {
+      return fail(Error::device_error, "device %d: copying pages for a move failed: %s %s",
+                  ordinal_, device::status_name(status), device_.last_failure());
+    }
+    k = end;
+  }
+  return Error::ok;
+}
+
+Error Migrator::swap_run(const std::vector<Page*>& pages, const std::vector<PhysicalPage*>& fresh,
+                         std::size_t first, std::size_t last, std::vector<char>& done) {
+  Error err = Error::ok;
+  std::vector<PhysicalPage*> old(last - first);
+  std::size_t attached = first;
+  for (; attached < last; ++attached) {
+    Page& page = *pages[attached];
+    PhysicalPage& was = *page.phys;
+    if (err = mapper_.unmap(page); err != Error::ok) break;  // still on its old page
+    physical_.clear_owner(was);
+    physical_.make_idle(was);
+    old[attached - first] = &was;
+    if (err = mapper_.attach(page, *fresh[attached]); err != Error::ok) {
+      physical_.take_idle(was);
+      if (mapper_.map(page, was) != Error::ok) {
+        err = fail(Error::device_error,
+                   "device %d: a page at %#zx lost its backing: moving it failed and mapping "
+                   "it back failed too (%s)", ordinal_,
+                   static_cast<std::size_t>(mapper_.address_of(page)), device_.last_failure());
+        physical_.make_idle(was);
+        break;
+      }
+      physical_.set_owner(was, &page);
+      break;
+    }
+    physical_.set_owner(*fresh[attached], &page);
+    fresh[attached]->last_pool = page.segment->pool;
+    done[attached] = 1;
+  }
+  if (attached == first) return err;
+  // One access grant for the run; page by page if that fails, undoing pages without access.
+  const std::uintptr_t va = mapper_.address_of(*pages[first]);
+  if (device_.set_access(ordinal_, va, (attached - first) * mapper_.page_size()) ==
+      device::Status::ok) {
+    for (std::size_t k = first; k < attached; ++k) pages[k]->accessible = true;
+    return err;
+  }
+  for (std::size_t k = first; k < attached; ++k) {
+    if (mapper_.grant(*pages[k]) == Error::ok) continue;
+    err = undo_swap(*pages[k], *fresh[k], *old[k - first]);
+    done[k] = pages[k]->phys == fresh[k] ? 1 : 0;  // 1 only if even the undo failed
+    if (err == Error::ok) err = fail(Error::device_error, "device %d: %s", ordinal_,
+                                     "granting access to a moved page failed");
+  }
+  return err;
+}
+
+Error Migrator::undo_swap(Page& page, PhysicalPage& fresh, PhysicalPage& old) {
+  // The page is mapped to `fresh` without access; `old` is idle and still holds the bytes.
+  if (mapper_.unmap(page) == Error::ok) {
+    physical_.clear_owner(fresh);
+    physical_.take_idle(old);
+    if (mapper_.map(page, old) == Error::ok) {
+      physical_.set_owner(old, &page);
+      return Error::ok;
+    }
+    physical_.make_idle(old);
+  }
+  return fail(Error::device_error,
+              "device %d: a page at %#zx lost its backing: granting access after a move failed "
+              "and restoring it failed too (%s)", ordinal_,
+              static_cast<std::size_t>(mapper_.address_of(page)), device_.last_failure());
+}
+
+Error Migrator::promote() {
+  if (ledger_.stats().host_active_bytes.current == 0) return Error::ok;
+  Error result = Error::ok;
+  pools_.for_each([&](StreamPool& pool) {
+    for (Segment* seg : pool.segments) {
+      if (result != Error::ok || !seg->paged()) continue;
+      std::vector<Page*> pages;
+      for (Page& page : seg->pages) {
+        if (page.users > 0 && page.phys->host) pages.push_back(&page);
+      }
+      if (pages.empty()) continue;
+      const Error err = move_pages(std::move(pages), Location::device, pool.stream);
+      // Out of device room: what moved stays moved, the rest stays on the host.
+      if (err != Error::ok) result = err == Error::out_of_memory ? Error::out_of_memory : err;
+    }
+  });
+  return result == Error::out_of_memory ? Error::ok : result;
+}
+
+void Migrator::maybe_promote() {
+  const std::size_t budget = budget_.device_budget();
+  const std::size_t device_owned = physical_.device_owned() * mapper_.page_size();
+  const auto host_owned = static_cast<std::size_t>(ledger_.stats().host_active_bytes.current);
+  if (budget == 0 ||
+      static_cast<double>(device_owned + host_owned) >
+          settings_.promote * static_cast<double>(budget)) {
+    return;
+  }
+  if (promote() != Error::ok) log().warn("device {}: {}", ordinal_, last_error_message());
+}
+
+void Migrator::residency(const AllocationSpan& span, std::size_t* device_bytes,
+                         std::size_t* host_bytes) const {
+  const Segment& seg = *span.segment;
+  *device_bytes = *host_bytes = 0;
+  if (!seg.paged()) {
+    (seg.pinned_host() ? *host_bytes : *device_bytes) = span.size;
+    return;
+  }
+  const std::size_t page_size = mapper_.page_size();
+  const auto [first, last] = seg.pages_under(span.addr, span.size, page_size);
+  for (std::size_t i = first; i <= last; ++i) {
+    const std::uintptr_t start = seg.base + i * page_size;
+    const std::size_t lo = std::max(start, span.addr);
+    const std::size_t hi = std::min(start + page_size, span.addr + span.size);
+    (seg.pages[i].phys->host ? *host_bytes : *device_bytes) += hi - lo;
+  }
+}
+
+}  // namespace cudalloc

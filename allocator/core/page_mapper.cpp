@@ -1,0 +1,270 @@
+#include "core/page_mapper.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+#include "util/units.h"
+
+namespace cudalloc {
+namespace {
+
+// Virtual range reserved per paged segment when the device's size is unknown.
+constexpr std::size_t kDefaultRange = 64 * GiB;
+// The first pool to reserve a range (the main stream, typically) gets device-sized ranges;
+// later pools get this share of the device (or the request's size, if larger): one
+// device-sized range per stream would run out of address space (a device-sized reserve
+// succeeds about 930 times on a 141 GB device) and cost host memory for page records.
+constexpr std::size_t kLaterRangeShare = 16;
+
+}  // namespace
+
+Error PageMapper::reserve_range(const StreamPool& pool, std::size_t size, std::uintptr_t* va,
+                                std::size_t* bytes) {
+  const std::size_t device = budget_.device_total() != 0 ? budget_.device_total() : kDefaultRange;
+  // One range serves every request of the stream; a pool gets another only when its ranges
+  // have no hole big enough for a request.
+  if (wide_pool_ == nullptr) wide_pool_ = &pool;
+  const std::size_t usual =
+      wide_pool_ == &pool ? device : std::max(device / kLaterRangeShare, page_size_);
+  const std::size_t range = round_up(std::max(size, usual), page_size_);
+  auto status = device_.reserve(ordinal_, range, va);
+  *bytes = range;
+  if (status == device::Status::out_of_memory && range > round_up(size, page_size_)) {
+    // Address space is short: the smallest range that holds the request.
+    *bytes = round_up(size, page_size_);
+    status = device_.reserve(ordinal_, *bytes, va);
+  }
+  if (status != device::Status::ok) {
+    const Error err =
+        status == device::Status::out_of_memory ? Error::out_of_memory : Error::device_error;
+    return fail(err, "device %d: reserving %s of address space failed: %s %s", ordinal_,
+                format_bytes(*bytes).c_str(), device::status_name(status),
+                device_.last_failure());
+  }
+  return Error::ok;
+}
+
+void PageMapper::init_pages(Segment& seg) const {
+  seg.kind = Segment::Kind::paged;
+  seg.pages.resize(seg.size / page_size_);
+  for (Page& p : seg.pages) p.segment = &seg;
+}
+
+std::uintptr_t PageMapper::address_of(const Page& page) const {
+  const Segment& seg = *page.segment;
+  return seg.base + static_cast<std::size_t>(&page - seg.pages.data()) * page_size_;
+}
+
+Error PageMapper::use(Segment& seg, std::uintptr_t addr, std::size_t size,
+                      const Request& request) {
+  const std::size_t created = physical_.count();
+  const auto [first, last] = seg.pages_under(addr, size, page_size_);
+  for (std::size_t i = first; i <= last; ++i) {
+    Page& page = seg.pages[i];
+    if (page.users == 0) {
+      if (const Error err = claim(page, request); err != Error::ok) {
+        undo_use(seg, first, i, created);
+        return err;
+      }
+    }
+    ++page.users;
+  }
+  return Error::ok;
+}
+
+void PageMapper::undo_use(Segment& seg, std::size_t first, std::size_t end,
+                          std::size_t created) {
+  for (std::size_t j = first; j < end; ++j) drop_user(seg.pages[j]);
+  // Pages created by this call are mapped only at pages it claimed, and no work has seen
+  // those mappings (the allocation never reached its caller): unmap without waiting.
+  for (std::size_t i = physical_.count(); i-- > created;) {
+    PhysicalPage* phys = physical_.all()[i];
+    if (phys->owner != nullptr) continue;
+    bool unmapped = true;
+    while (unmapped && !phys->mappings.empty()) {
+      Page& page = *phys->mappings.back();
+      const std::uintptr_t va = address_of(page);
+      unmapped = device_.unmap(va, page_size_) == device::Status::ok;
+      if (!unmapped) break;
+      phys->mappings.pop_back();
+      page.phys = nullptr;
+      page.accessible = false;
+      ledger_.page_unmapped(va, page_size_, page.segment->pool->stream);
+    }
+    if (unmapped) physical_.release(phys);
+  }
+}
+
+void PageMapper::unuse(Segment& seg, std::uintptr_t addr, std::size_t size) {
+  const auto [first, last] = seg.pages_under(addr, size, page_size_);
+  for (std::size_t i = first; i <= last; ++i) drop_user(seg.pages[i]);
+}
+
+void PageMapper::drop_user(Page& page) {
+  if (--page.users != 0) return;
+  page.idle_since = physical_.tick();
+  PhysicalPage& phys = *page.phys;
+  physical_.clear_owner(phys);
+  phys.last_pool = page.segment->pool;
+  physical_.make_idle(phys);
+}
+
+Error PageMapper::claim(Page& page, const Request& request) {
+  PhysicalPage* phys = page.phys;
+  if (phys != nullptr && phys->owner == nullptr && phys->host && !request.spilling()) {
+    if (const Error err = replace_host_page(page, request, &phys); err != Error::ok) return err;
+  } else if (phys != nullptr && phys->owner == nullptr) {
+    if (!page.accessible) {  // a mapping whose access grant failed earlier
+      if (const Error err = grant(page); err != Error::ok) return err;
+    }
+    physical_.take_idle(*phys);
+  } else {
+    // Unmapped, or mapped to a physical page that now serves another page.
+    Claim why = Claim::fresh;
+    if (phys != nullptr) {
+      if (const Error err = unmap(page); err != Error::ok) return err;
+      if (page.conflicts < 255) ++page.conflicts;
+      why = page.conflicts >= PhysicalPages::kChronicConflicts ? Claim::chronic
+                                                                : Claim::conflict;
+    }
+    if (const Error err = physical_.acquire(why, request, &phys); err != Error::ok) return err;
+    if (const Error err = map(page, *phys); err != Error::ok) {
+      physical_.make_idle(*phys);
+      return err;
+    }
+  }
+  StreamPool* pool = page.segment->pool;
+  if (phys->last_pool != nullptr && phys->last_pool != pool) {
+    sync_.order_after(phys->last_pool->stream, pool->stream);
+  }
+  physical_.set_owner(*phys, &page);
+  phys->last_pool = pool;
+  return Error::ok;
+}
+
+Error PageMapper::replace_host_page(Page& page, const Request& request, PhysicalPage** out) {
+  // Device memory first: when there is none, the host page stays mapped here for the spill
+  // that follows, which then reuses it without a driver call (a workload that spills the
+  // same addresses every step maps nothing in the steady state).
+  PhysicalPage* phys = nullptr;
+  if (const Error err = physical_.acquire(Claim::fresh, request, &phys); err != Error::ok) {
+    return err;
+  }
+  Error err = unmap(page);  // the host page stays idle, for the next spill
+  if (err == Error::ok) err = map(page, *phys);
+  if (err != Error::ok) {
+    physical_.make_idle(*phys);
+    return err;
+  }
+  *out = phys;
+  return Error::ok;
+}
+
+Error PageMapper::map(Page& page, PhysicalPage& phys) {
+  if (const Error err = attach(page, phys); err != Error::ok) return err;
+  const Error err = grant(page);
+  // Without access the mapping is useless: undo it (if that fails too, it stays recorded,
+  // without access, for a later claim to grant or empty_cache to remove).
+  if (err != Error::ok) unmap(page);
+  return err;
+}
+
+Error PageMapper::attach(Page& page, PhysicalPage& phys) {
+  const std::uintptr_t va = address_of(page);
+  const auto status = device_.map(va, page_size_, phys.handle, 0);
+  if (status != device::Status::ok) {
+    if (status == device::Status::out_of_memory) return Error::out_of_memory;
+    return fail(Error::device_error, "device %d: mapping a page at %#zx failed: %s %s", ordinal_,
+                static_cast<std::size_t>(va), device::status_name(status), device_.last_failure());
+  }
+  page.phys = &phys;
+  page.accessible = false;
+  phys.mappings.push_back(&page);
+  ledger_.page_mapped(va, page_size_, page.segment->pool->stream);
+  return Error::ok;
+}
+
+Error PageMapper::grant(Page& page) {
+  const std::uintptr_t va = address_of(page);
+  const auto status = device_.set_access(ordinal_, va, page_size_);
+  if (status != device::Status::ok) {
+    return fail(Error::device_error, "device %d: granting access to a page at %#zx failed: %s %s",
+                ordinal_, static_cast<std::size_t>(va), device::status_name(status),
+                device_.last_failure());
+  }
+  page.accessible = true;
+  return Error::ok;
+}
+
+Error PageMapper::unmap(Page& page) {
+  StreamPool& pool = *page.segment->pool;
+  const std::uintptr_t va = address_of(page);
+  const auto status = wait_until_settled(pool, page.idle_since)
+                          ? device_.unmap(va, page_size_)
+                          : device::Status::device_error;
+  if (status != device::Status::ok) {
+    return fail(Error::device_error, "device %d: unmapping a page at %#zx failed: %s %s",
+                ordinal_, static_cast<std::size_t>(va), device::status_name(status),
+                device_.last_failure());
+  }
+  std::erase(page.phys->mappings, &page);
+  page.phys = nullptr;
+  page.accessible = false;
+  ledger_.page_unmapped(va, page_size_, pool.stream);
+  return Error::ok;
+}
+
+bool PageMapper::wait_until_settled(StreamPool& pool, std::uint64_t epoch) {
+  if (pool.settled_epoch >= epoch) return true;
+  const std::uint64_t now = physical_.epoch();
+  ledger_.page_wait();
+  bool whole_device = false;
+  if (sync_.wait_for(pool.stream, &whole_device) != Error::ok) return false;
+  if (!whole_device) {
+    pool.settled_epoch = now;
+    return true;
+  }
+  pools_.for_each([&](StreamPool& p) { p.settled_epoch = now; });
+  return true;
+}
+
+bool PageMapper::release_cached() {
+  // Nothing idle or mapped: no physical page is waiting for queued work.
+  if (physical_.idle() == 0 && ledger_.stats().mapped_bytes.current == 0 &&
+      !staging_.has_strays()) {
+    return true;
+  }
+  // Pages without users may still be used by queued work: wait for all of it once.
+  if (!sync_.synchronize_device()) {
+    log().warn("device {}: synchronize failed; idle pages are kept", ordinal_);
+    return false;
+  }
+  const std::uint64_t now = physical_.epoch();
+  pools_.for_each([&](StreamPool& pool) { pool.settled_epoch = now; });
+  staging_.release_strays();
+  pools_.for_each([&](StreamPool& pool) {
+    for (Segment* seg : pool.segments) {
+      for (Page& page : seg->pages) {
+        if (page.phys != nullptr && page.users == 0 && unmap(page) != Error::ok) {
+          log().warn("device {}: {}", ordinal_, last_error_message());
+        }
+      }
+    }
+  });
+  physical_.release_idle();
+  return true;
+}
+
+bool PageMapper::unmapped(const Segment& seg) const {
+  return std::all_of(seg.pages.begin(), seg.pages.end(),
+                     [](const Page& p) { return p.phys == nullptr; });
+}
+
+void PageMapper::drop(Segment& seg) {
+  for (Page& page : seg.pages) {
+    if (page.phys != nullptr) device_.unmap(address_of(page), page_size_);
+  }
+  device_.unreserve(seg.base, seg.size);
+}
+
+}  // namespace cudalloc

@@ -1,0 +1,120 @@
+// PageMapper: paged segments, fragmentation control through virtual memory.
+//
+// In paged mode each stream's pool places its blocks (best fit, split, coalesce, exactly as in
+// plain segments) in large virtual ranges. Only the granules ("pages") that lie under a
+// non-free block are backed by physical memory (physical_pages.h), so memory is reserved for
+// what is in use, not for the holes between. Physical pages belong to the device, not to a
+// range.
+//
+// A physical page may stay mapped at every virtual page it has served, but serves one at a
+// time. When a page gets its first user it needs a physical page of its own:
+//   - the one already mapped there, when no other page uses it now: no driver call. A step
+//     that repeats the last one's sizes lands on the same addresses and maps nothing;
+//   - else (the page is unmapped, or its physical page serves another page, which unmaps it
+//     first) an idle physical page or new memory, mapped there in addition to wherever it is
+//     mapped already (PhysicalPages::acquire says which).
+// So a physical page is shared by addresses whose uses do not overlap in time, and memory
+// tracks the peak of pages in use while the steady state needs no mapping calls.
+//
+// Invariants (validate.cpp): a Page with users (non-free blocks overlapping it) is mapped,
+// accessible, and owns its physical page; page->phys == q exactly when page is in
+// q->mappings.
+//
+// Ordering rules.
+//   - Reusing a physical page on the stream that used it last needs nothing: later work on a
+//     stream runs after earlier work. For another stream, that stream waits on the GPU for an
+//     event recorded on the last one (StreamSync::order_after).
+//   - cuMemUnmap does not wait for work that still uses the range. A page's mapping is removed
+//     only after the host has waited for the work queued on the page's stream up to the time
+//     the page lost its last user (or for the device, in empty_cache).
+// Not thread-safe: the device allocator's lock guards it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/budget.h"
+#include "core/errors.h"
+#include "core/ledger.h"
+#include "core/physical_pages.h"
+#include "core/request.h"
+#include "core/staging.h"
+#include "core/stream_pool.h"
+#include "core/stream_sync.h"
+
+namespace cudalloc {
+
+class PageMapper {
+ public:
+  PageMapper(device::Device& device, int ordinal, std::size_t page_size, const Budget& budget,
+             PhysicalPages& physical, StreamSync& sync, Staging& staging, Ledger& ledger,
+             StreamPools& pools)
+      : device_(device), ordinal_(ordinal), page_size_(page_size), budget_(budget),
+        physical_(physical), sync_(sync), staging_(staging), ledger_(ledger), pools_(pools) {}
+
+  std::size_t page_size() const { return page_size_; }
+
+  // Reserves a virtual range for a new paged segment of `pool` that can hold `size` bytes;
+  // *bytes is its size. The caller makes the segment (init_pages gives it its pages).
+  Error reserve_range(const StreamPool& pool, std::size_t size, std::uintptr_t* va,
+                      std::size_t* bytes);
+  void init_pages(Segment& seg) const;
+  // Unmaps every page of the segment and returns its address range (reset, reclaim).
+  void drop(Segment& seg);
+
+  // Adds the block [addr, addr + size) as a user of its pages; each page that gains its first
+  // user gets a physical page it owns. On failure no page gains a user, and the physical pages
+  // this call created are returned to the driver (reserved memory is as before).
+  Error use(Segment& seg, std::uintptr_t addr, std::size_t size, const Request& request);
+  // Removes one user from each page of [addr, addr + size); physical pages left without an
+  // owner become idle.
+  void unuse(Segment& seg, std::uintptr_t addr, std::size_t size);
+
+  std::uintptr_t address_of(const Page& page) const;
+  // Maps `phys` at `page` without the access grant (the caller grants it, maybe for many
+  // pages), or with it.
+  Error attach(Page& page, PhysicalPage& phys);
+  Error map(Page& page, PhysicalPage& phys);
+  Error grant(Page& page);
+  // Removes the page's mapping once no queued work can use it.
+  Error unmap(Page& page);
+
+  // Unmaps every page without users and returns every idle physical page to the driver, after
+  // one device synchronization (empty_cache). False when that synchronization failed (then
+  // nothing changed, and queued work may still use idle pages).
+  bool release_cached();
+  // Whether every page of the segment is unmapped (its range can be returned).
+  bool unmapped(const Segment& seg) const;
+  // The pool is about to be destroyed, and no queued work of its stream can still use its
+  // memory (the caller has waited): forget every reference to it.
+  void forget_pool(const StreamPool& pool) {
+    if (wide_pool_ == &pool) wide_pool_ = nullptr;
+    for (PhysicalPage* p : physical_.all()) {
+      if (p->last_pool == &pool) p->last_pool = nullptr;
+    }
+  }
+  void forget_pools() { wide_pool_ = nullptr; }
+
+ private:
+  void drop_user(Page& page);
+  Error claim(Page& page, const Request& request);
+  // Gives `page`, mapped to an idle host page, device memory instead (not while spilling).
+  Error replace_host_page(Page& page, const Request& request, PhysicalPage** out);
+  bool wait_until_settled(StreamPool& pool, std::uint64_t epoch);
+  // Undoes the pages [first, end) of a failed use(): their users drop, and the physical pages
+  // created since `created` (mapped only there, by this call) are unmapped and released.
+  void undo_use(Segment& seg, std::size_t first, std::size_t end, std::size_t created);
+
+  device::Device& device_;
+  const int ordinal_;
+  const std::size_t page_size_;
+  const Budget& budget_;
+  PhysicalPages& physical_;
+  StreamSync& sync_;
+  Staging& staging_;
+  Ledger& ledger_;
+  StreamPools& pools_;
+  const StreamPool* wide_pool_ = nullptr;  // the pool whose ranges are device-sized
+};
+
+}  // namespace cudalloc

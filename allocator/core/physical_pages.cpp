@@ -1,0 +1,185 @@
+#include "core/physical_pages.h"
+
+#include "core/log.h"
+
+namespace cudalloc {
+
+using device::Location;
+
+Error PhysicalPages::acquire(Claim claim, const Request& request, PhysicalPage** out) {
+  const bool conflict = claim != Claim::fresh;
+  const double slack =
+      settings_.page_slack * static_cast<double>(ledger_.stats().reserved_bytes.current);
+  // While device-ordered frees wait for a fence, new memory is not taken (cache_only).
+  bool prefer_idle =
+      !request.may_grow() || static_cast<double>(device_idle_.count * page_size_) > slack;
+  // A page that keeps losing its physical page is part of a cycle in which more pages are in
+  // use than there is memory for: new memory ends the cycle, within a quarter of the slack.
+  const bool grow_chronic = claim == Claim::chronic &&
+                            static_cast<double>(chronic_ * page_size_) <= kChronicShare * slack;
+  if (grow_chronic) prefer_idle = !request.may_grow();
+  // Which idle page: a page mapped nowhere yet takes the one idle longest, whose old
+  // addresses a repeating workload is least likely to want back soon after a short pause; a
+  // page whose physical page was taken (a conflict, typical of a repeating workload's cycle)
+  // takes the one idle shortest, whose old address comes round last in the cycle.
+  auto take_from_idle = [&] {
+    *out = conflict ? device_idle_.tail : device_idle_.head;
+    take_idle(**out);
+    return Error::ok;
+  };
+  if (device_idle_.head != nullptr && prefer_idle) return take_from_idle();
+  Error err = request.may_grow() ? create(Location::device, out) : Error::out_of_memory;
+  if (err == Error::ok && grow_chronic) ++chronic_;
+  if (err == Error::out_of_memory && device_idle_.head != nullptr) return take_from_idle();
+  // No device room while spilling: the host tier.
+  if (err == Error::out_of_memory && request.tier == Tier::host_pages) err = acquire_host(out);
+  return err;
+}
+
+Error PhysicalPages::acquire_host(PhysicalPage** out) {
+  if (host_idle_.head != nullptr) {
+    *out = host_idle_.head;
+    take_idle(**out);
+    return Error::ok;
+  }
+  return create(Location::host, out);
+}
+
+bool PhysicalPages::room_for(Location where) const {
+  const Stats& s = ledger_.stats();
+  if (where == Location::host) {
+    return host_supported_ &&
+           budget_.host_allows(static_cast<std::size_t>(s.host_reserved_bytes.current),
+                               page_size_);
+  }
+  return budget_.device_allows(static_cast<std::size_t>(s.reserved_bytes.current), page_size_);
+}
+
+Error PhysicalPages::create(Location where, PhysicalPage** out) {
+  const bool host = where == Location::host;
+  if (!room_for(where)) return Error::out_of_memory;
+  device::PhysicalHandle handle = 0;
+  const auto status = device_.create_physical(ordinal_, page_size_, where, &handle);
+  if (status == device::Status::out_of_memory) return Error::out_of_memory;
+  if (host && (status == device::Status::not_supported ||
+               status == device::Status::invalid_value)) {
+    // The driver cannot place physical memory on the host: spill to pinned memory instead.
+    log().info("device {}: host-located pages are not supported ({}); the host tier uses "
+               "pinned host memory", ordinal_, device_.last_failure());
+    host_supported_ = false;
+    return Error::out_of_memory;
+  }
+  if (status != device::Status::ok) {
+    return fail(Error::device_error, "device %d: creating a physical page failed: %s %s",
+                ordinal_, device::status_name(status), device_.last_failure());
+  }
+  auto* phys = new PhysicalPage;
+  phys->handle = handle;
+  phys->host = host;
+  phys->index = pages_.size();
+  pages_.push_back(phys);
+  ledger_.reserved(where, 0, page_size_, 0);
+  if (host) {
+    ++host_pages_;
+    staging_.map_home(*phys);
+  }
+  *out = phys;
+  return Error::ok;
+}
+
+bool PhysicalPages::release(PhysicalPage* phys) {
+  if (device_.release_physical(phys->handle) != device::Status::ok) {
+    log().warn("device {}: releasing a physical page failed: {}; kept for the next try",
+               ordinal_, device_.last_failure());
+    return false;
+  }
+  take_idle(*phys);
+  PhysicalPage* moved = pages_.back();
+  pages_[phys->index] = moved;
+  moved->index = phys->index;
+  pages_.pop_back();
+  if (phys->host) {
+    --host_pages_;
+    staging_.unmap_home(*phys);
+  }
+  ledger_.released(phys->host ? Location::host : Location::device, 0, page_size_, 0);
+  delete phys;
+  return true;
+}
+
+std::size_t PhysicalPages::release_idle() {
+  std::size_t released = 0;
+  for (PhysicalPage* phys = device_idle_.head; phys != nullptr;) {
+    PhysicalPage* next = phys->idle_next;
+    if (phys->mappings.empty() && release(phys)) released += page_size_;
+    phys = next;
+  }
+  for (PhysicalPage* phys = host_idle_.head; phys != nullptr;) {
+    PhysicalPage* next = phys->idle_next;
+    if (phys->mappings.empty()) release(phys);  // host memory: not counted
+    phys = next;
+  }
+  chronic_ = 0;  // the memory they were counted against is gone or idle
+  return released;
+}
+
+void PhysicalPages::probe_host() {
+  if (!host_supported_ || host_pages_ != 0) return;
+  PhysicalPage* probe = nullptr;
+  if (create(Location::host, &probe) == Error::ok) make_idle(*probe);
+}
+
+void PhysicalPages::make_idle(PhysicalPage& phys) {
+  IdleList& list = idle_of(phys);
+  phys.idle_since = tick();
+  phys.idle_next = nullptr;
+  phys.idle_prev = list.tail;
+  if (list.tail != nullptr) {
+    list.tail->idle_next = &phys;
+  } else {
+    list.head = &phys;
+  }
+  list.tail = &phys;
+  ++list.count;
+}
+
+void PhysicalPages::take_idle(PhysicalPage& phys) {
+  IdleList& list = idle_of(phys);
+  if (phys.idle_prev != nullptr) {
+    phys.idle_prev->idle_next = phys.idle_next;
+  } else {
+    list.head = phys.idle_next;
+  }
+  if (phys.idle_next != nullptr) {
+    phys.idle_next->idle_prev = phys.idle_prev;
+  } else {
+    list.tail = phys.idle_prev;
+  }
+  phys.idle_prev = phys.idle_next = nullptr;
+  --list.count;
+}
+
+void PhysicalPages::set_owner(PhysicalPage& phys, Page* page) {
+  phys.owner = page;
+  if (phys.host) ledger_.host_in_use(page_size_);
+}
+
+void PhysicalPages::clear_owner(PhysicalPage& phys) {
+  phys.owner = nullptr;
+  if (phys.host) ledger_.host_unused(page_size_);
+}
+
+void PhysicalPages::drop_all() {
+  for (PhysicalPage* phys : pages_) {
+    if (phys->home != 0) device_.unmap(phys->home, page_size_);
+    device_.release_physical(phys->handle);
+    delete phys;
+  }
+  pages_.clear();
+  chronic_ = 0;
+  device_idle_ = IdleList{};
+  host_idle_ = IdleList{};
+  host_pages_ = 0;
+}
+
+}  // namespace cudalloc

@@ -1,0 +1,110 @@
+// PhysicalPages: every physical page of one device's paged segments, and which are idle.
+//
+// A physical page is one granule of physical memory, on the device or (the host tier) on the
+// host. It is owned by at most one virtual page at a time (the one it serves, page_mapper.h)
+// and may stay mapped at others it served before. Invariants (validate.cpp checks them):
+//   - a page without owner is idle and sits in its location's idle list, in the order it
+//     became idle (idle_since increases along the list);
+//   - host_active_bytes counts host pages that have an owner: ownership changes go through
+//     set_owner / clear_owner;
+//   - reserved (host_reserved) bytes count every device (host) page, idle or not.
+// The epoch counts the times a page lost its last user or became idle: page_mapper.h uses it
+// to know which idle pages queued work may still use. Not thread-safe: the device allocator's
+// lock guards it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/budget.h"
+#include "core/errors.h"
+#include "core/ledger.h"
+#include "core/pool_types.h"
+#include "core/request.h"
+#include "core/staging.h"
+
+namespace cudalloc {
+
+// Why a virtual page needs a physical page: it had none (fresh), or its own now serves
+// another page (conflict), which has happened to it kChronicConflicts times or more
+// (chronic).
+enum class Claim { fresh, conflict, chronic };
+
+class PhysicalPages {
+ public:
+  static constexpr int kChronicConflicts = 2;
+  static constexpr double kChronicShare = 0.25;  // of page_slack
+
+  struct IdleList {
+    PhysicalPage* head = nullptr;
+    PhysicalPage* tail = nullptr;
+    std::size_t count = 0;
+  };
+
+  PhysicalPages(device::Device& device, int ordinal, std::size_t page_size,
+                const Settings& settings, const Budget& budget, Ledger& ledger,
+                Staging& staging)
+      : device_(device), ordinal_(ordinal), page_size_(page_size), settings_(settings),
+        budget_(budget), ledger_(ledger), staging_(staging) {}
+  ~PhysicalPages() { drop_all(); }
+  PhysicalPages(const PhysicalPages&) = delete;
+  PhysicalPages& operator=(const PhysicalPages&) = delete;
+
+  // A physical page for a virtual page that needs one, taken from the idle list (no driver
+  // call) or new, by the policy in physical_pages.cpp; not idle on return.
+  Error acquire(Claim claim, const Request& request, PhysicalPage** out);
+  // A host page for the host tier: an idle one, else new within host_limit.
+  Error acquire_host(PhysicalPage** out);
+  // New physical memory within the budget; not idle, no owner.
+  Error create(device::Location where, PhysicalPage** out);
+  // Returns an idle page mapped nowhere to the driver; false (and kept) on failure.
+  bool release(PhysicalPage* phys);
+  // Returns every idle page mapped nowhere (empty_cache); the device bytes released.
+  std::size_t release_idle();
+  // Makes sure the driver's answer to host-located pages is known (the first spill).
+  void probe_host();
+
+  void make_idle(PhysicalPage& phys);
+  void take_idle(PhysicalPage& phys);
+  void set_owner(PhysicalPage& phys, Page* page);
+  void clear_owner(PhysicalPage& phys);
+
+  std::uint64_t epoch() const { return epoch_; }
+  std::uint64_t tick() { return ++epoch_; }
+  bool host_supported() const { return host_supported_; }
+  std::size_t count() const { return pages_.size(); }
+  std::size_t host_count() const { return host_pages_; }
+  std::size_t device_idle() const { return device_idle_.count; }
+  std::size_t idle() const { return device_idle_.count + host_idle_.count; }
+  // Device pages that serve a virtual page now.
+  std::size_t device_owned() const { return pages_.size() - host_pages_ - device_idle_.count; }
+  const std::vector<PhysicalPage*>& all() const { return pages_; }
+  const IdleList& device_idle_list() const { return device_idle_; }
+  const IdleList& host_idle_list() const { return host_idle_; }
+
+  // Unmaps every home, releases every page and forgets them (reset, destructor). The caller
+  // has unmapped the pages' mappings in segments.
+  void drop_all();
+
+ private:
+  IdleList& idle_of(const PhysicalPage& phys) { return phys.host ? host_idle_ : device_idle_; }
+  bool room_for(device::Location where) const;
+
+  device::Device& device_;
+  const int ordinal_;
+  const std::size_t page_size_;
+  const Settings& settings_;
+  const Budget& budget_;
+  Ledger& ledger_;
+  Staging& staging_;
+  std::vector<PhysicalPage*> pages_;
+  IdleList device_idle_;
+  IdleList host_idle_;
+  std::size_t host_pages_ = 0;   // host-located pages among pages_
+  std::uint64_t epoch_ = 0;
+  std::size_t chronic_ = 0;      // device pages created for chronic conflicts
+  bool host_supported_ = true;   // false once the driver refused a host-located page
+};
+
+}  // namespace cudalloc
