@@ -289,6 +289,7 @@ void DeviceAllocator::unregister_stream(StreamHandle stream) {
 void DeviceAllocator::release_pool(StreamHandle stream) {
   StreamPool* pool = pools_.find(stream);
   if (pool == nullptr || !paged() || stream == 0) return;
+  slabs_.release_empty(pool);
   for (const Segment* seg : pool->segments) {
     if (!seg->paged() || !seg->wholly_free()) return;  // memory in use, or not a range
   }

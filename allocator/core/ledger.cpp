@@ -59,32 +59,6 @@ void Ledger::page_unmapped(std::uintptr_t va, std::size_t bytes, StreamHandle st
   trace(TraceAction::segment_unmap, va, bytes, stream);
 }
 
-void Ledger::handed_out(std::uintptr_t addr, std::size_t rounded, std::size_t requested,
-                        StreamHandle stream) {
-  stats_.allocated_bytes.increase(signed_(rounded));
-  stats_.allocated_count.count();
-  stats_.requested_bytes.increase(signed_(requested));
-  stats_.active_bytes.increase(signed_(rounded));
-  stats_.active_count.count();
-  stats_.cached_bytes.decrease(signed_(rounded));
-  trace(TraceAction::alloc, addr, rounded, stream);
-}
-
-void Ledger::free_requested(std::uintptr_t addr, std::size_t rounded, std::size_t requested,
-                            StreamHandle stream) {
-  trace(TraceAction::free_requested, addr, rounded, stream);
-  stats_.allocated_bytes.decrease(signed_(rounded));
-  stats_.allocated_count.decrease(1);
-  stats_.requested_bytes.decrease(signed_(requested));
-}
-
-void Ledger::free_completed(std::uintptr_t addr, std::size_t rounded, StreamHandle stream) {
-  trace(TraceAction::free_completed, addr, rounded, stream);
-  stats_.active_bytes.decrease(signed_(rounded));
-  stats_.active_count.decrease(1);
-  stats_.cached_bytes.increase(signed_(rounded));
-}
-
 void Ledger::slab_created(std::size_t bytes) {
   stats_.slab_bytes.increase(signed_(bytes));
   stats_.slab_count.count();

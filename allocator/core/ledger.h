@@ -42,11 +42,30 @@ class Ledger {
   void host_unused(std::size_t bytes) { stats_.host_active_bytes.decrease(signed_(bytes)); }
 
   // An allocation's life: handed to the caller, freed by the caller, reusable again.
+  // (Inline: these are on every cached allocate and free.)
   void handed_out(std::uintptr_t addr, std::size_t rounded, std::size_t requested,
-                  StreamHandle stream);
+                  StreamHandle stream) {
+    stats_.allocated_bytes.increase(signed_(rounded));
+    stats_.allocated_count.count();
+    stats_.requested_bytes.increase(signed_(requested));
+    stats_.active_bytes.increase(signed_(rounded));
+    stats_.active_count.count();
+    stats_.cached_bytes.decrease(signed_(rounded));
+    trace(TraceAction::alloc, addr, rounded, stream);
+  }
   void free_requested(std::uintptr_t addr, std::size_t rounded, std::size_t requested,
-                      StreamHandle stream);
-  void free_completed(std::uintptr_t addr, std::size_t rounded, StreamHandle stream);
+                      StreamHandle stream) {
+    trace(TraceAction::free_requested, addr, rounded, stream);
+    stats_.allocated_bytes.decrease(signed_(rounded));
+    stats_.allocated_count.decrease(1);
+    stats_.requested_bytes.decrease(signed_(requested));
+  }
+  void free_completed(std::uintptr_t addr, std::size_t rounded, StreamHandle stream) {
+    trace(TraceAction::free_completed, addr, rounded, stream);
+    stats_.active_bytes.decrease(signed_(rounded));
+    stats_.active_count.decrease(1);
+    stats_.cached_bytes.increase(signed_(rounded));
+  }
 
   void free_block_added() { stats_.cached_count.count(); }
   void free_block_removed() { stats_.cached_count.decrease(1); }

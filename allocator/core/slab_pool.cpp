@@ -76,8 +76,9 @@ void SlabPool::release(Slab* slab) {
   blocks_.free(block);
 }
 
-void SlabPool::release_empty() {
+void SlabPool::release_empty(StreamPool* only) {
   pools_.for_each([&](StreamPool& pool) {
+    if (only != nullptr && &pool != only) return;
     for (SlabClass& c : pool.classes) {
       // Iterate over a copy: release reorders c.available.
       const std::vector<Slab*> slabs = c.available;

@@ -18,8 +18,9 @@ class SlabPool {
   // An object of size's class from a slab of `pool` (new slabs follow `request`'s growth).
   Error allocate(StreamPool& pool, const Request& request, std::uintptr_t* addr, Slab** out);
   void free(Slab* slab, std::uintptr_t addr);
-  // Returns every empty slab to the block pool (OOM path, empty_cache).
-  void release_empty();
+  // Returns every empty slab (of `only`, or of every pool) to the block pool (OOM path,
+  // empty_cache, a destroyed stream).
+  void release_empty(StreamPool* only = nullptr);
 
  private:
   Slab* new_slab(StreamPool& pool, const Request& request, int cls);

@@ -19,6 +19,14 @@ void StreamSync::Event::reset() {
   handle_ = 0;
 }
 
+void StreamSync::give(EventHandle event) noexcept {
+  try {
+    idle_.push_back(event);
+  } catch (const std::bad_alloc&) {
+    device_.event_destroy(event);
+  }
+}
+
 Error StreamSync::take(Event* out) {
   if (!idle_.empty()) {
     *out = Event(this, idle_.back());

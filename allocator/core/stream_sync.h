@@ -73,7 +73,9 @@ class StreamSync {
   std::size_t idle_events() const { return idle_.size(); }
 
  private:
-  void give(EventHandle event) { idle_.push_back(event); }
+  // Never throws (it runs in Event's destructor): without room in the pool the event is
+  // destroyed instead.
+  void give(EventHandle event) noexcept;
 
   device::Device& device_;
   const int ordinal_;
