@@ -202,6 +202,10 @@ class ChildSideTest(unittest.TestCase):
         self.assertEqual(child.skip_reason(("no_such_module_xyz",)),
                          "no_such_module_xyz not installed")
         self.assertIsNone(child.skip_reason(("json",), gpus=0))
+        count = child.cuda_device_count()
+        self.assertGreaterEqual(count, 0)
+        self.assertEqual(child.skip_reason((), gpus=count + 1),
+                         f"{count} GPU(s), {count + 1} needed")
 
     def test_script_command(self):
         self.assertEqual(child.script_command("a.py", "--n", 3),

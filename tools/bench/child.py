@@ -62,16 +62,28 @@ def print_result(result):
 
 # ---- Parent side ----------------------------------------------------------------------
 
+def cuda_device_count():
+    """CUDA devices the driver shows this process (0 without a driver or a GPU). Asks
+    libcuda directly, so it needs no torch and does not initialise torch's CUDA state."""
+    import ctypes
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
 def skip_reason(modules=("torch",), gpus=1):
     """Why a check cannot run on this machine (a module in `modules` is not installed, or
-    fewer than `gpus` CUDA devices are visible to torch), or None when it can. Parents call
-    it; it imports torch only when `gpus` > 0 and torch is installed."""
+    fewer than `gpus` CUDA devices), or None when it can."""
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
         return f"{', '.join(missing)} not installed"
     if gpus > 0:
-        import torch
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        count = cuda_device_count()
         if count < gpus:
             return f"{count} GPU(s), {gpus} needed"
     return None
