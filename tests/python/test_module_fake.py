@@ -30,7 +30,7 @@ INVALID_VALUE, MEMORY_ALLOCATION, INVALID_DEVICE_POINTER = 1, 2, 17
 
 def lib():
     """The library the module loaded, with the allocation calls it does not declare."""
-    handle = cudalloc._lib()
+    handle = cudalloc._capi._lib()
     handle.cudalloc_allocate.restype = ctypes.c_int
     handle.cudalloc_allocate.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t,
                                          ctypes.c_int, ctypes.c_void_p]
@@ -58,18 +58,18 @@ class MirrorTest(unittest.TestCase):
         self.assertEqual(cudalloc.library_path(), os.path.abspath(os.environ["CUDALLOC_LIBRARY"]))
 
     def test_struct_layout_matches_cudalloc_h(self):
-        stat = cudalloc._Stat
+        stat = cudalloc._capi._Stat
         self.assertEqual([f[0] for f in stat._fields_], ["current", "peak", "total"])
         self.assertEqual(ctypes.sizeof(stat), 24)
-        stats = cudalloc._Stats
+        stats = cudalloc._capi._Stats
         self.assertEqual([f[0] for f in stats._fields_], ["count", "device", "values"])
         self.assertEqual(stats.values.offset, 8)
-        self.assertEqual(ctypes.sizeof(stats), 8 + 24 * cudalloc.MAX_STATS)
+        self.assertEqual(ctypes.sizeof(stats), 8 + 24 * cudalloc._capi.MAX_STATS)
 
     def test_stat_count_and_names(self):
         count = lib().cudalloc_stat_count()
         self.assertGreater(count, 0)
-        self.assertLessEqual(count, cudalloc.MAX_STATS)
+        self.assertLessEqual(count, cudalloc._capi.MAX_STATS)
         names = cudalloc.stat_names()
         self.assertEqual(len(names), count)
         self.assertEqual(len(set(names)), count)
@@ -79,7 +79,7 @@ class MirrorTest(unittest.TestCase):
         self.assertEqual(list(cudalloc.stats()), names)
 
     def test_get_stats_fills_count_and_device(self):
-        out = cudalloc._Stats()
+        out = cudalloc._capi._Stats()
         out.count = -1
         out.device = -7
         self.assertEqual(lib().cudalloc_get_stats(-1, ctypes.byref(out)), 0)
@@ -100,8 +100,13 @@ class MirrorTest(unittest.TestCase):
         self.assertEqual(after["total"] - before["total"], 12 * MIB)
 
     def test_every_declared_symbol_exists(self):
-        for name in cudalloc._SIGNATURES:
+        for name in cudalloc._capi._SIGNATURES:
             self.assertTrue(hasattr(lib(), name), name)
+
+    def test_public_names(self):
+        for name in cudalloc.__all__:
+            self.assertTrue(hasattr(cudalloc, name), name)
+        self.assertEqual(cudalloc.MAX_STATS, 64)  # CUDALLOC_MAX_STATS
 
     def test_version(self):
         major, minor, patch = (int(p) for p in cudalloc.version().split("."))

@@ -150,7 +150,8 @@ def _child_too_late():
     result = _raised(cudalloc, cudalloc.enable)
     # enable() sees torch.cuda.is_initialized() first; also make sure PyTorch's own
     # "Can't swap" error is recognised, through the step that swaps.
-    result["swap"] = _raised(cudalloc, lambda: cudalloc._install(torch, cudalloc._lib()))
+    result["swap"] = _raised(cudalloc,
+                             lambda: cudalloc.torch._install(torch, cudalloc._capi._lib()))
     return result
 
 
