@@ -15,9 +15,9 @@ Modes (each a separate torchrun launch):
             served by the CUDA runtime, the baseline for preload.
 NCCL_NVLS_ENABLE=0 (NVLink multicast off) for every run.
 
-The model and step are the gpt2_train workload of tools/bench/workloads.py (12 layers, 768 wide, batch 8 x 1024 per GPU,
-bf16 autocast, AdamW lr 1e-4) wrapped in DistributedDataParallel. Every rank builds the model
-from seed 0 and draws its batch from a generator seeded by (step, rank), so the runs see the
+The model and step are the gpt2_train workload of tools/bench/workloads.py (12 layers, 768
+wide, batch 8 x 1024 per GPU, bf16 autocast, AdamW lr 1e-4) wrapped in
+DistributedDataParallel. Every rank builds the model from seed 0 and draws its batch from a generator seeded by (step, rank), so the runs see the
 same data; the logged loss is the mean over ranks (all_reduce). Peak reserved per GPU: native
 torch.cuda.max_memory_reserved(); cudalloc and preload cudalloc's reserved_bytes peak of that
 device (for preload read from the preloaded library's exported C API).

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """LD_PRELOAD=libcudalloc_preload.so under PyTorch, CuPy and JAX with their own caching turned
 off, against each library's default pool (a benchmark and a correctness check; GPU only,
-exits 77 without one, or when none of the frameworks is installed). Each configuration runs in its own process:
+exits 77 without one, or when none of the frameworks is installed). Each configuration runs
+in its own process:
 
   torch  GPT-2 small training (8 x 1024 tokens, bf16 autocast, AdamW), median step time and
          losses: native caching allocator / PYTORCH_NO_CUDA_MEMORY_CACHING=1 / the same under

@@ -13,8 +13,9 @@ only once per process, before CUDA is used. The modes:
               CUDALLOC_CONF comes from --conf, else from the environment.
 PYTORCH_CUDA_ALLOC_CONF is removed for native and cudalloc.
 
-Workloads are those of shared/traces/record_traces.py (the reference traces): same models,
-configurations, batch sizes and seeds, run for more steps where that is cheap. Main ones
+Workloads (defined in workloads.py) are those of shared/traces/record_traces.py (the reference
+traces): same models, configurations, batch sizes and seeds, run for more steps where that is
+cheap. Main ones
 (the default): gpt2_train, llama_train_varlen, resnet50_train, vit_train, gpt2_generate;
 extra ones, by name: bert_infer_varlen, maskrcnn_train, moe_train, t5_train.
 
