@@ -15,9 +15,9 @@ Modes (each a separate torchrun launch):
             served by the CUDA runtime, the baseline for preload.
 NCCL_NVLS_ENABLE=0 (NVLink multicast off) for every run.
 
-The model and step are the gpt2_train workload (12 layers, 768 wide, batch 8 x 1024 per GPU,
-bf16 autocast, AdamW lr 1e-4) wrapped in DistributedDataParallel. Every rank builds the model
-from seed 0 and draws its batch from a generator seeded by (step, rank), so the runs see the
+The model and step are the gpt2_train workload of tools/bench/workloads.py (12 layers, 768
+wide, batch 8 x 1024 per GPU, bf16 autocast, AdamW lr 1e-4) wrapped in
+DistributedDataParallel. Every rank builds the model from seed 0 and draws its batch from a generator seeded by (step, rank), so the runs see the
 same data; the logged loss is the mean over ranks (all_reduce). Peak reserved per GPU: native
 torch.cuda.max_memory_reserved(); cudalloc and preload cudalloc's reserved_bytes peak of that
 device (for preload read from the preloaded library's exported C API).
@@ -36,6 +36,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools", "bench"))
+from child import SKIP, child_env, import_cudalloc, make_deterministic, skip_reason  # noqa: E402
+from workloads import gpt2_small, gpt2_tokens, lm_loss  # noqa: E402
+
 WARMUP = 2
 RTOL = 1e-3
 GIB = float(1 << 30)
@@ -68,30 +72,25 @@ def worker(args):
     local = int(os.environ["LOCAL_RANK"])
     world = int(os.environ["WORLD_SIZE"])
     if args.mode == "cudalloc":
-        sys.path.insert(0, os.path.join(ROOT, "tools", "python"))
-        import cudalloc
+        cudalloc = import_cudalloc()
         cudalloc.enable()
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-    torch.backends.cudnn.benchmark = False
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    make_deterministic(torch)
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024))
-    model = DistributedDataParallel(model.cuda(), device_ids=[local])
+    model = DistributedDataParallel(gpt2_small().cuda(), device_ids=[local])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     losses, times = [], []
     for step in range(args.steps):
         gen = torch.Generator().manual_seed(1000 * step + rank)
-        x = torch.randint(0, 50257, (8, 1024), generator=gen).cuda()
+        x = gpt2_tokens(torch, generator=gen, device="cpu").cuda()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=x, labels=x).loss
+        loss = lm_loss(torch, model, x)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -120,8 +119,7 @@ def worker(args):
 # ---- Launcher -----------------------------------------------------------------------------
 
 def launch(args, mode):
-    env = dict(os.environ, NCCL_NVLS_ENABLE="0")
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    env = child_env({"NCCL_NVLS_ENABLE": "0", "PYTORCH_CUDA_ALLOC_CONF": None})
     if mode in ("preload", "uncached"):
         env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
     if mode == "preload":
@@ -192,15 +190,10 @@ def main(argv):
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args)
-    try:
-        import torch
-        import transformers  # noqa: F401
-    except ImportError as e:
-        print(f"SKIP: {e}")
-        return 77
-    if torch.cuda.device_count() < args.gpus:
-        print(f"SKIP: {torch.cuda.device_count()} GPU(s), {args.gpus} needed")
-        return 77
+    reason = skip_reason(("torch", "transformers"), gpus=args.gpus)
+    if reason:
+        print(f"SKIP: {reason}")
+        return SKIP
     runs = []
     for mode in args.modes.split(","):
         runs.append(launch(args, mode))

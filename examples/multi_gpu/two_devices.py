@@ -22,13 +22,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
-TAG = "RESULT "
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "tools", "bench"))
+from child import (SKIP, import_cudalloc, make_deterministic, print_result,  # noqa: E402
+                   run_child as run_script, script_command, skip_reason)
+
 RTOL = 1e-3
 GIB = float(1 << 30)
 
@@ -78,13 +79,12 @@ def check_placement(torch, cudalloc, modules, opt):
     return problems, checked, per_device, attributes is not None
 
 
-def child(mode, steps):
+def child_main(mode, steps):
     if mode == "cudalloc":
-        sys.path.insert(0, os.path.join(ROOT, "tools", "python"))
-        import cudalloc
+        cudalloc = import_cudalloc()
         cudalloc.enable()
     import torch
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    make_deterministic(torch)
     first, second = build(torch)
     opt = torch.optim.AdamW(list(first.parameters()) + list(second.parameters()), lr=1e-4)
     losses, times = [], []
@@ -121,17 +121,16 @@ def child(mode, steps):
             result["validate"] = "ok"
         except cudalloc.CudallocError as e:
             result["validate"] = str(e)
-    print(TAG + json.dumps(result), flush=True)
+    print_result(result)
     return 0
 
 
 def run(mode, steps):
-    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", mode,
-                        "--steps", str(steps)], capture_output=True, text=True, timeout=300)
-    for line in p.stdout.splitlines():
-        if line.startswith(TAG):
-            return json.loads(line[len(TAG):])
-    return {"mode": mode, "error": "\n".join((p.stderr or p.stdout).strip().splitlines()[-10:])}
+    run = run_script(script_command(__file__, "--child", mode, "--steps", steps), timeout=300,
+                     capture_stderr=True)
+    if run.result is not None:
+        return run.result
+    return {"mode": mode, "error": "\n".join(run.tail(10) or [run.failure()])}
 
 
 def main(argv):
@@ -141,15 +140,11 @@ def main(argv):
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     if args.child:
-        return child(args.child, args.steps)
-    try:
-        import torch
-    except ImportError as e:
-        print(f"SKIP: {e}")
-        return 77
-    if torch.cuda.device_count() < 2:
-        print(f"SKIP: {torch.cuda.device_count()} GPU(s), 2 needed")
-        return 77
+        return child_main(args.child, args.steps)
+    reason = skip_reason(gpus=2)
+    if reason:
+        print(f"SKIP: {reason}")
+        return SKIP
     native, mine = run("native", args.steps), run("cudalloc", args.steps)
     ok = True
     for r in (native, mine):

@@ -3,7 +3,7 @@
 
     PYTHONPATH=tools/python python3 examples/offload/adamw_offload.py [--steps N] [--json PATH]
 
-The model and step are the gpt2_train workload of tools/bench/torch_workloads.py (GPT-2 small:
+The model and step are the gpt2_train workload of tools/bench/workloads.py (GPT-2 small:
 12 layers, 768 wide, 12 heads, 1024 positions; batch 8 x 1024 tokens, bf16 autocast, AdamW
 lr 1e-4, seed 0, deterministic kernels). It runs twice, each time in a fresh child process
 (PyTorch's allocator can be chosen only once per process, before CUDA is used):
@@ -34,15 +34,16 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PYTHON_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "tools", "python"))
-RESULT_TAG = "RESULT "
-SKIP = 77
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "tools", "bench"))
+from child import (DETERMINISTIC_ENV, SKIP, child_env, import_cudalloc,  # noqa: E402
+                   make_deterministic, print_result, run_child as run_script, script_command)
+from workloads import Gpt2Train  # noqa: E402
+
 WARMUP = 2
 RTOL = 1e-3
 MODES = ["plain", "offload"]
@@ -54,21 +55,6 @@ GIB = float(1 << 30)
 
 
 # ---- Child side -----------------------------------------------------------------------
-
-def _import_cudalloc():
-    try:
-        import cudalloc
-    except ImportError:
-        sys.path.insert(0, PYTHON_DIR)
-        import cudalloc
-    return cudalloc
-
-
-def _make_deterministic(torch):  # as torch_workloads.py --deterministic
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
-    torch.use_deterministic_algorithms(True, warn_only=True)
-
 
 def _state_residency(torch, cudalloc, opt, where=True):
     """Bytes of the optimizer state that offload_optimizer_state() moves (CUDA tensors of at
@@ -96,7 +82,7 @@ def _counters(cudalloc):
 
 
 def child_main(mode, steps):
-    cudalloc = _import_cudalloc()
+    cudalloc = import_cudalloc()
     cudalloc.enable()  # before the first CUDA tensor
     import torch
     result = {"mode": mode, "status": "ok", "message": "", "steps": steps, "step_ms": [],
@@ -104,36 +90,28 @@ def child_main(mode, steps):
               "cudalloc_conf": os.environ.get("CUDALLOC_CONF", "")}
     if not torch.cuda.is_available():
         result.update(status="skipped", message="CUDA is not available")
-        print(RESULT_TAG + json.dumps(result), flush=True)
+        print_result(result)
         return 0
     result.update(device=torch.cuda.get_device_name(), cudalloc_version=cudalloc.version(),
                   library=cudalloc.library_path())
-    _make_deterministic(torch)
+    make_deterministic(torch)
     torch.manual_seed(0)
     offload = mode == "offload"
     try:
-        from transformers import GPT2Config, GPT2LMHeadModel
-        m = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12,
-                                       n_positions=1024)).cuda()
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+        # The state exists from the first opt.step() on; offload moves it off the device
+        # for forward and backward, and back for the update.
+        step = (Gpt2Train(torch, cudalloc.prefetch_optimizer_state,
+                          cudalloc.offload_optimizer_state) if offload else Gpt2Train(torch))
+        opt = step.optimizer
         before = _counters(cudalloc)
         for i in range(steps):
             torch.cuda.synchronize()
             start = time.perf_counter()
-            x = torch.randint(0, 50257, (8, 1024), device="cuda")
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = m(input_ids=x, labels=x).loss
-            loss.backward()
-            if offload:  # the state exists from the first opt.step() on
-                cudalloc.prefetch_optimizer_state(opt)
-            opt.step()
-            if offload:
-                cudalloc.offload_optimizer_state(opt)
-            opt.zero_grad(set_to_none=True)
+            loss = step(i)
             torch.cuda.synchronize()
             result["step_ms"].append((time.perf_counter() - start) * 1e3)
-            result["losses"].append(float(loss.detach()))
-            del x, loss
+            result["losses"].append(float(loss))
+            del loss
             after = _counters(cudalloc)
             result["counter_deltas"].append({n: after[n] - before[n] for n in after})
             before = after
@@ -156,8 +134,7 @@ def child_main(mode, steps):
                                if n in s}
     except Exception as e:  # a sticky CUDA error after a failed step
         result["message"] += f"; reading stats: {type(e).__name__}: {e}"
-    sys.stdout.flush()
-    print(RESULT_TAG + json.dumps(result), flush=True)
+    print_result(result)
     return 0
 
 
@@ -173,37 +150,14 @@ def conf_for(mode, base):
 
 
 def run_child(mode, args):
-    env = dict(os.environ)
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     base = args.conf if args.conf is not None else os.environ.get("CUDALLOC_CONF", "")
-    env["CUDALLOC_CONF"] = conf_for(mode, base)
-    env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"  # deterministic cuBLAS
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [PYTHON_DIR, env.get("PYTHONPATH")] if p)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--steps",
-           str(args.steps)]
+    env = child_env(dict(DETERMINISTIC_ENV, PYTORCH_CUDA_ALLOC_CONF=None,
+                         CUDALLOC_CONF=conf_for(mode, base)))
+    cmd = script_command(__file__, "--child", mode, "--steps", args.steps)
     print(f"== {mode}: CUDALLOC_CONF={env['CUDALLOC_CONF'] or '(none)'}", flush=True)
     start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True,
-                              timeout=args.child_timeout)
-        out, code = proc.stdout, proc.returncode
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode("utf-8", "replace") if isinstance(e.stdout, bytes) else (
-            e.stdout or "")
-        code = None
-    result = None
-    for line in out.splitlines():
-        if line.startswith(RESULT_TAG):
-            result = json.loads(line[len(RESULT_TAG):])
-        elif line.strip():
-            print(f"  [{mode}] {line}")
-    if code is None:
-        result = dict(result or {}, status="failed",
-                      message=f"timed out after {args.child_timeout} s")
-    elif result is None or code != 0:
-        result = dict(result or {}, status="failed",
-                      message=f"exit status {code}, result line "
-                              f"{'present' if result else 'missing'}")
+    run = run_script(cmd, env=env, timeout=args.child_timeout, echo_prefix=f"  [{mode}] ")
+    result = run.checked_result()
     result.update(mode=mode, wall_s=time.perf_counter() - start)
     return result
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """LD_PRELOAD=libcudalloc_preload.so under PyTorch, CuPy and JAX with their own caching turned
 off, against each library's default pool (a benchmark and a correctness check; GPU only,
-exits 77 without one). Each configuration runs in its own process:
+exits 77 without one, or when none of the frameworks is installed). Each configuration runs
+in its own process:
 
   torch  GPT-2 small training (8 x 1024 tokens, bf16 autocast, AdamW), median step time and
          losses: native caching allocator / PYTORCH_NO_CUDA_MEMORY_CACHING=1 / the same under
@@ -13,30 +14,31 @@ exits 77 without one). Each configuration runs in its own process:
 
 usage: preload_frameworks.py PRELOAD_LIBRARY [--json PATH] [--only torch,cupy,jax]
 """
+import importlib.util
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-TAG = "RESULT "
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "tools", "bench"))
+from child import SKIP, print_result, run_child, script_command, skip_reason  # noqa: E402
+from workloads import gpt2_small, gpt2_tokens, lm_loss  # noqa: E402
 
 
 def torch_child(steps=12, warmup=3):
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
-    m = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024)).cuda()
+    m = gpt2_small().cuda()
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
     gen = torch.Generator(device="cuda").manual_seed(1)
     losses, times = [], []
     for i in range(warmup + steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        x = torch.randint(0, 50257, (8, 1024), device="cuda", generator=gen)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = m(input_ids=x, labels=x).loss
+        x = gpt2_tokens(torch, generator=gen)
+        loss = lm_loss(torch, m, x)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -120,13 +122,13 @@ def cudalloc_stats():
                                "total": s.values[i].total} for i in range(s.count)}
 
 
-def child(framework):
+def child_main(framework):
     result = {"torch": torch_child, "cupy": cupy_child, "jax": jax_child}[framework]()
     stats = cudalloc_stats()
     if stats:
         result["cudalloc"] = {k: stats[k] for k in ("allocated_count", "reserved_bytes",
                                                    "cache_hits", "device_allocs", "ooms")}
-    print(TAG + json.dumps(result), flush=True)
+    print_result(result)
     return 0
 
 
@@ -137,22 +139,22 @@ def run(framework, label, extra, preload):
         env["LD_PRELOAD"] = preload
     env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     t0 = time.time()
-    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", framework],
-                       env=env, capture_output=True, text=True, timeout=240)
-    for line in p.stdout.splitlines():
-        if line.startswith(TAG):
-            r = json.loads(line[len(TAG):])
-            r["wall_s"] = time.time() - t0
-            return r
-    tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-    return {"error": f"exit {p.returncode}: " + " | ".join(tail)}
+    run = run_child(script_command(__file__, "--child", framework), env=env, timeout=240,
+                    capture_stderr=True)
+    if run.result is not None:
+        return dict(run.result, wall_s=time.time() - t0)
+    return {"error": f"{run.failure()}: " + " | ".join(run.tail(3))}
 
 
 def main(argv):
     if "--child" in argv:
-        return child(argv[argv.index("--child") + 1])
+        return child_main(argv[argv.index("--child") + 1])
     preload = os.path.abspath(argv[0])
     only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else list(CONFIGS)
+    reason = skip_reason(modules=()) if importlib.util.find_spec("torch") else None
+    if reason:  # no CUDA device
+        print(f"SKIP: {reason}")
+        return SKIP
     results = {}
     for fw in only:
         try:
@@ -195,6 +197,9 @@ def main(argv):
     if "--json" in argv:
         with open(argv[argv.index("--json") + 1], "w") as f:
             json.dump(results, f, indent=2)
+    if all("skipped" in runs for runs in results.values()):
+        print("SKIP: none of " + ", ".join(only) + " is installed")
+        return SKIP
     return 0 if ok else 1
 
 

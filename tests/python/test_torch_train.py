@@ -13,40 +13,21 @@ Exit status: 0 all passed, 1 a check failed, 77 skipped (no torch, or no CUDA de
 The library comes from $CUDALLOC_LIBRARY or the usual places (see cudalloc.__init__).
 """
 import gc
-import json
 import math
 import os
-import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PYTHON_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "tools", "python"))
-SKIP = 77
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "tools", "bench"))
+from child import (DETERMINISTIC_ENV, SKIP, child_env, import_cudalloc,  # noqa: E402
+                   make_deterministic, print_result, run_child as run_script, script_command)
+
 STEPS = 20
 RTOL = 1e-5
-RESULT_TAG = "RESULT "
 CHILD_TIMEOUT_S = 600
 
 
 # ---- Child side -----------------------------------------------------------------------
-
-def _import_cudalloc():
-    try:
-        import cudalloc
-    except ImportError:
-        sys.path.insert(0, PYTHON_DIR)
-        import cudalloc
-    return cudalloc
-
-
-def _make_deterministic(torch):
-    torch.manual_seed(0)
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.use_deterministic_algorithms(True)
-
 
 def _train(torch, steps=STEPS):
     """Losses of a small MLP trained on random data; batch sizes vary to vary allocations."""
@@ -141,11 +122,12 @@ def _cudalloc_checks(torch, cudalloc):
 def _child_train(mode):
     cudalloc = None
     if mode == "cudalloc":
-        cudalloc = _import_cudalloc()
+        cudalloc = import_cudalloc()
         cudalloc.enable()
         cudalloc.enable()  # a second call must be a no-op
     import torch
-    _make_deterministic(torch)
+    torch.manual_seed(0)
+    make_deterministic(torch, strict=True)
     result = {"mode": mode, "losses": _train(torch)}
     if cudalloc is not None:
         result["checks"] = _cudalloc_checks(torch, cudalloc)
@@ -164,19 +146,20 @@ def _raised(cudalloc, fn):
 def _child_too_late():
     import torch
     torch.zeros(1, device="cuda")
-    cudalloc = _import_cudalloc()
+    cudalloc = import_cudalloc()
     result = _raised(cudalloc, cudalloc.enable)
     # enable() sees torch.cuda.is_initialized() first; also make sure PyTorch's own
     # "Can't swap" error is recognised, through the step that swaps.
-    result["swap"] = _raised(cudalloc, lambda: cudalloc._install(torch, cudalloc._lib()))
+    result["swap"] = _raised(cudalloc,
+                             lambda: cudalloc.torch._install(torch, cudalloc._capi._lib()))
     return result
 
 
 def child_main(mode):
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    for key, value in DETERMINISTIC_ENV.items():
+        os.environ.setdefault(key, value)
     result = _child_too_late() if mode == "too-late" else _child_train(mode)
-    sys.stdout.flush()
-    print(RESULT_TAG + json.dumps(result), flush=True)
+    print_result(result)
     return 0
 
 
@@ -192,30 +175,12 @@ def skip_reason():
     return None
 
 
-def _child_env():
-    env = dict(os.environ)
-    env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [PYTHON_DIR, env.get("PYTHONPATH")] if p)
-    return env
-
-
 def run_child(mode):
     """Runs one child; echoes its output; returns (result dict or None, error text)."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode]
-    try:
-        proc = subprocess.run(cmd, env=_child_env(), stdout=subprocess.PIPE, text=True,
-                              timeout=CHILD_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return None, f"timed out after {CHILD_TIMEOUT_S} s"
-    result = None
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_TAG):
-            result = json.loads(line[len(RESULT_TAG):])
-        else:
-            print(f"[{mode}] {line}")
-    if proc.returncode != 0 or result is None:
-        return None, f"exit status {proc.returncode}, result {'present' if result else 'missing'}"
-    return result, ""
+    run = run_script(script_command(__file__, "--child", mode), env=child_env(DETERMINISTIC_ENV),
+                     timeout=CHILD_TIMEOUT_S, echo_prefix=f"[{mode}] ")
+    failure = run.failure()
+    return (None, failure) if failure else (run.result, "")
 
 
 def _compare_losses(a, b):

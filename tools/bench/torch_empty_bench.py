@@ -8,29 +8,20 @@ pluggable wrapper itself), each in its own process.
 
 For each size: a warm-up, then R runs of N pairs; prints the median (and fastest) run in
 microseconds per pair. The library comes from $CUDALLOC_LIBRARY or the usual places.
+Exit status: 0 every mode gave figures, 1 one did not, 77 no torch or no CUDA device.
 """
 import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PYTHON_DIR = os.path.normpath(os.path.join(HERE, "..", "python"))
+from child import (SKIP, import_cudalloc, print_result, run_child as run_script, script_command,
+                   skip_reason)
+
 SIZES = [512, 64 << 10, 1 << 20, 64 << 20]
 MODES = ["native", "cudalloc", "floor"]
-RESULT_TAG = "RESULT "
-
-
-def _import_cudalloc():
-    try:
-        import cudalloc
-    except ImportError:
-        sys.path.insert(0, PYTHON_DIR)
-        import cudalloc
-    return cudalloc
 
 
 def _pairs(torch, n, iters):
@@ -52,7 +43,7 @@ def _time_size(torch, n, iters, runs, warmup):
 
 def _enable_floor():
     import torch
-    cudalloc = _import_cudalloc()
+    cudalloc = import_cudalloc()
     path = os.path.join(os.path.dirname(cudalloc.library_path()), "libpluggable_floor.so")
     alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "floor_malloc", "floor_free")
     torch.cuda.memory.change_current_allocator(alloc)
@@ -61,7 +52,7 @@ def _enable_floor():
 def child_main(mode, iters, runs, warmup):
     meta = {"mode": mode}
     if mode == "cudalloc":
-        cudalloc = _import_cudalloc()
+        cudalloc = import_cudalloc()
         cudalloc.enable()  # before the first CUDA tensor
         meta.update(cudalloc_version=cudalloc.version(), library=cudalloc.library_path())
     if mode == "floor":
@@ -70,20 +61,17 @@ def child_main(mode, iters, runs, warmup):
     torch.empty(1, device="cuda")  # initialise CUDA outside the timed loops
     meta.update(torch=torch.__version__, device=torch.cuda.get_device_name())
     meta["sizes"] = {str(n): _time_size(torch, n, iters, runs, warmup) for n in SIZES}
-    print(RESULT_TAG + json.dumps(meta), flush=True)
+    print_result(meta)
     return 0
 
 
 def run_child(mode, args):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--iters",
-           str(args.iters), "--runs", str(args.runs), "--warmup", str(args.warmup)]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG):])
-        print(f"[{mode}] {line}")
-    print(f"{mode}: no result (exit status {proc.returncode})", file=sys.stderr)
-    return None
+    cmd = script_command(__file__, "--child", mode, "--iters", args.iters, "--runs", args.runs,
+                         "--warmup", args.warmup)
+    run = run_script(cmd, echo_prefix=f"[{mode}] ")
+    if run.result is None:
+        print(f"{mode}: no result (exit status {run.returncode})", file=sys.stderr)
+    return run.result
 
 
 def _size_name(n):
@@ -133,6 +121,10 @@ def main(argv=None):
     args = parse_args(argv)
     if args.child:
         return child_main(args.child, args.iters, args.runs, args.warmup)
+    reason = skip_reason()
+    if reason:
+        print(f"SKIP: {reason}")
+        return SKIP
     results = {mode: run_child(mode, args) for mode in MODES}
     print_table(results, args)
     if args.json:

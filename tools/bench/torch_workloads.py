@@ -13,8 +13,9 @@ only once per process, before CUDA is used. The modes:
               CUDALLOC_CONF comes from --conf, else from the environment.
 PYTORCH_CUDA_ALLOC_CONF is removed for native and cudalloc.
 
-Workloads are those of shared/traces/record_traces.py (the reference traces): same models,
-configurations, batch sizes and seeds, run for more steps where that is cheap. Main ones
+Workloads (defined in workloads.py) are those of shared/traces/record_traces.py (the reference
+traces): same models, configurations, batch sizes and seeds, run for more steps where that is
+cheap. Main ones
 (the default): gpt2_train, llama_train_varlen, resnet50_train, vit_train, gpt2_generate;
 extra ones, by name: bert_infer_varlen, maskrcnn_train, moe_train, t5_train.
 
@@ -41,18 +42,16 @@ import importlib.util
 import json
 import math
 import os
-import random
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PYTHON_DIR = os.path.normpath(os.path.join(HERE, "..", "python"))
-RESULT_TAG = "RESULT "
-SKIP = 77
+from child import (DETERMINISTIC_ENV, SKIP, child_env, describe, import_cudalloc,
+                   make_deterministic, print_result, run_child as run_script, script_command)
+from workloads import MAIN_WORKLOADS, WORKLOADS
+
 WARMUP = 2
 MODES = ["native", "expandable", "cudalloc"]
 EXPANDABLE_CONF = "expandable_segments:True"
@@ -63,208 +62,7 @@ TORCH_COUNTERS = ["num_device_alloc", "num_device_free", "num_alloc_retries", "n
 GIB = float(1 << 30)
 
 
-# ---- Workloads (equivalent to shared/traces/record_traces.py) ---------------------------
-# Each builder takes the torch module and returns step(i) -> a 0-dim tensor: the loss of a
-# training step, a checksum of the outputs of an inference step.
-
-def gpt2_train(torch):
-    from transformers import GPT2Config, GPT2LMHeadModel
-    m = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024)).cuda()
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-
-    def step(i):
-        x = torch.randint(0, 50257, (8, 1024), device="cuda")
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = m(input_ids=x, labels=x).loss
-        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-        return loss.detach()
-    return step
-
-
-def _causal_lm_varlen(torch, m, rng, lengths):
-    """Training step of a causal LM on 16384 tokens of a length drawn from `lengths`."""
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-
-    def step(i):
-        L = rng.choice(lengths)
-        B = max(1, 16384 // L)
-        x = torch.randint(0, 32000, (B, L), device="cuda")
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = m(input_ids=x, labels=x).loss
-        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-        return loss.detach()
-    return step
-
-
-def llama_train_varlen(torch):
-    from transformers import LlamaConfig, LlamaForCausalLM
-    cfg = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
-                      num_attention_heads=16, num_key_value_heads=16, vocab_size=32000,
-                      max_position_embeddings=4096)
-    m = LlamaForCausalLM(cfg).cuda()
-    m.gradient_checkpointing_enable()
-    m.train()
-    return _causal_lm_varlen(torch, m, random.Random(1),
-                             [128, 256, 384, 512, 768, 1024, 1536, 2048])
-
-
-def moe_train(torch):
-    from transformers import MixtralConfig, MixtralForCausalLM
-    cfg = MixtralConfig(hidden_size=768, intermediate_size=1536, num_hidden_layers=8,
-                        num_attention_heads=12, num_key_value_heads=4, num_local_experts=8,
-                        num_experts_per_tok=2, vocab_size=32000, max_position_embeddings=4096)
-    m = MixtralForCausalLM(cfg).cuda().train()
-    return _causal_lm_varlen(torch, m, random.Random(5), [256, 512, 1024, 2048])
-
-
-def resnet50_train(torch):
-    import torchvision
-    m = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
-    scaler = torch.amp.GradScaler()
-
-    def step(i):
-        x = torch.randn(128, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
-        y = torch.randint(0, 1000, (128,), device="cuda")
-        with torch.autocast("cuda", dtype=torch.float16):
-            loss = torch.nn.functional.cross_entropy(m(x), y)
-        scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
-    return step
-
-
-def vit_train(torch):
-    import torchvision
-    m = torchvision.models.vit_b_16().cuda()
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-
-    def step(i):
-        x = torch.randn(64, 3, 224, 224, device="cuda")
-        y = torch.randint(0, 1000, (64,), device="cuda")
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(m(x), y)
-        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-        return loss.detach()
-    return step
-
-
-def bert_infer_varlen(torch):
-    from transformers import BertConfig, BertModel
-    m = BertModel(BertConfig()).cuda().eval().half()
-    rng = random.Random(2)
-
-    def step(i):
-        B, L = rng.randint(1, 64), rng.randint(16, 512)
-        x = torch.randint(0, 30522, (B, L), device="cuda")
-        with torch.inference_mode():
-            return m(input_ids=x).last_hidden_state.sum(dtype=torch.float32)
-    return step
-
-
-def gpt2_generate(torch):
-    from transformers import GPT2Config, GPT2LMHeadModel
-    m = GPT2LMHeadModel(GPT2Config(n_layer=24, n_embd=1024, n_head=16)).cuda().eval().half()
-    rng = random.Random(3)
-
-    def step(i):
-        B, L, N = rng.randint(1, 16), rng.randint(16, 256), rng.randint(32, 256)
-        x = torch.randint(0, 50257, (B, L), device="cuda")
-        with torch.inference_mode():
-            out = m.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=N,
-                             min_new_tokens=N, do_sample=True, pad_token_id=0)
-            weights = torch.arange(1, out.shape[1] + 1, device=out.device)
-            return (out * weights).sum()  # token ids weighted by position
-    return step
-
-
-def _maskrcnn_batch(torch, rng):
-    imgs, tgts = [], []
-    for _ in range(4):
-        h, w = rng.randint(480, 1024), rng.randint(480, 1024)
-        imgs.append(torch.rand(3, h, w, device="cuda"))
-        k = rng.randint(1, 12)
-        xy = torch.rand(k, 2, device="cuda") * torch.tensor([w * 0.6, h * 0.6], device="cuda")
-        wh = torch.rand(k, 2, device="cuda") * 100 + 20
-        boxes = torch.cat([xy, xy + wh], 1)
-        masks = torch.zeros(k, h, w, dtype=torch.uint8, device="cuda")
-        for j in range(k):
-            x0, y0, x1, y1 = [int(v) for v in boxes[j].tolist()]
-            masks[j, y0:y1, x0:x1] = 1
-        labels = torch.randint(1, 91, (k,), device="cuda")
-        tgts.append(dict(boxes=boxes, labels=labels, masks=masks))
-    return imgs, tgts
-
-
-def maskrcnn_train(torch):
-    import torchvision
-    m = torchvision.models.detection.maskrcnn_resnet50_fpn(
-        weights=None, weights_backbone=None, num_classes=91).cuda().train()
-    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
-    rng = random.Random(4)
-
-    def step(i):
-        imgs, tgts = _maskrcnn_batch(torch, rng)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = sum(m(imgs, tgts).values())
-        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-        return loss.detach()
-    return step
-
-
-def t5_train(torch):
-    from transformers import T5Config, T5ForConditionalGeneration
-    cfg = T5Config(d_model=768, d_ff=3072, num_layers=12, num_heads=12,
-                   decoder_start_token_id=0, pad_token_id=0)
-    m = T5ForConditionalGeneration(cfg).cuda().train()
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-    rng = random.Random(6)
-
-    def step(i):
-        B, L, T = rng.randint(8, 32), rng.randint(64, 512), rng.randint(16, 128)
-        x = torch.randint(0, 32000, (B, L), device="cuda")
-        y = torch.randint(0, 32000, (B, T), device="cuda")
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = m(input_ids=x, labels=y).loss
-        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-        return loss.detach()
-    return step
-
-
-# name: (builder, default steps, modules it needs, what step() returns). The defaults keep a
-# default run (5 main workloads x 3 modes) near 4 minutes on an H200; gpt2_generate keeps
-# record_traces.py's 6 steps (its token count), the fixed-shape ones get 18 timed steps.
-WORKLOADS = {
-    "gpt2_train": (gpt2_train, 20, ["transformers"], "loss"),
-    "llama_train_varlen": (llama_train_varlen, 24, ["transformers"], "loss"),
-    "resnet50_train": (resnet50_train, 20, ["torchvision"], "loss"),
-    "vit_train": (vit_train, 20, ["torchvision"], "loss"),
-    "gpt2_generate": (gpt2_generate, 6, ["transformers"], "checksum"),
-    "bert_infer_varlen": (bert_infer_varlen, 60, ["transformers"], "checksum"),
-    "maskrcnn_train": (maskrcnn_train, 10, ["torchvision"], "loss"),
-    "moe_train": (moe_train, 12, ["transformers"], "loss"),
-    "t5_train": (t5_train, 12, ["transformers"], "loss"),
-}
-MAIN_WORKLOADS = ["gpt2_train", "llama_train_varlen", "resnet50_train", "vit_train",
-                  "gpt2_generate"]
-
-
 # ---- Child side -----------------------------------------------------------------------
-
-def _import_cudalloc():
-    try:
-        import cudalloc
-    except ImportError:
-        sys.path.insert(0, PYTHON_DIR)
-        import cudalloc
-    return cudalloc
-
-
-def _make_deterministic(torch):
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
-    torch.use_deterministic_algorithms(True, warn_only=True)
-
 
 def _counter_reader(torch, cudalloc):
     """A function returning the cumulative event counters of this mode."""
@@ -332,7 +130,7 @@ def _load_workload(torch, name, result):
 def child_main(mode, name, steps, deterministic):
     cudalloc = None
     if mode == "cudalloc":
-        cudalloc = _import_cudalloc()
+        cudalloc = import_cudalloc()
         cudalloc.enable()  # before the first CUDA tensor
     import torch
     result = {"mode": mode, "workload": name, "status": "ok", "message": "",
@@ -340,14 +138,14 @@ def child_main(mode, name, steps, deterministic):
               "value_kind": WORKLOADS[name][3], "torch": torch.__version__}
     if not torch.cuda.is_available():
         result.update(status="skipped", message="CUDA is not available")
-        print(RESULT_TAG + json.dumps(result), flush=True)
+        print_result(result)
         return 0
     result["device"] = torch.cuda.get_device_name()
     if cudalloc is not None:
         result.update(cudalloc_version=cudalloc.version(), library=cudalloc.library_path(),
                       cudalloc_conf=os.environ.get("CUDALLOC_CONF", ""))
     if deterministic:
-        _make_deterministic(torch)
+        make_deterministic(torch)
     torch.manual_seed(0)
     start = time.perf_counter()
     step = _load_workload(torch, name, result)
@@ -362,8 +160,7 @@ def child_main(mode, name, steps, deterministic):
         result["counters_end"] = _counter_reader(torch, cudalloc)()
     except Exception as e:  # a sticky CUDA error after a failed step
         result["message"] += f"; reading peaks: {type(e).__name__}: {e}"
-    sys.stdout.flush()
-    print(RESULT_TAG + json.dumps(result), flush=True)
+    print_result(result)
     return 0
 
 
@@ -384,62 +181,20 @@ def env_changes(mode, args, limit=None):
             conf = ",".join(p for p in [_without_limit(conf), f"limit:{limit}"] if p)
         changes["CUDALLOC_CONF"] = conf or None
     if args.deterministic:
-        changes["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+        changes.update(DETERMINISTIC_ENV)
     return changes
 
 
 def child_command(mode, name, steps, args):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--workloads", name,
-           "--steps", str(steps)]
+    cmd = script_command(__file__, "--child", mode, "--workloads", name, "--steps", steps)
     return cmd + (["--deterministic"] if args.deterministic else [])
-
-
-def _child_env(changes):
-    env = dict(os.environ)
-    for key, value in changes.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [PYTHON_DIR, env.get("PYTHONPATH")] if p)
-    return env
-
-
-def describe(changes, cmd):
-    """The child's command as a shell line (PYTHONPATH, always extended, left out)."""
-    unset = [f"-u {k}" for k, v in changes.items() if v is None]
-    assign = [f"{k}={shlex.quote(v)}" for k, v in changes.items() if v is not None]
-    return " ".join((["env"] + unset if unset else []) + assign + [shlex.join(cmd)])
-
-
-def _text(data):
-    if isinstance(data, bytes):
-        return data.decode("utf-8", "replace")
-    return data or ""
 
 
 def run_child(mode, name, steps, args, changes):
     """Runs one child (stderr passes through); returns its result dict, failed or not."""
-    cmd = child_command(mode, name, steps, args)
-    try:
-        proc = subprocess.run(cmd, env=_child_env(changes), stdout=subprocess.PIPE, text=True,
-                              timeout=args.child_timeout)
-        out, code = proc.stdout, proc.returncode
-    except subprocess.TimeoutExpired as e:
-        out, code = _text(e.stdout), None
-    result = None
-    for line in out.splitlines():
-        if line.startswith(RESULT_TAG):
-            result = json.loads(line[len(RESULT_TAG):])
-        elif line.strip():
-            print(f"  [{name} {mode}] {line}")
-    if code is None:
-        return dict(result or {}, status="failed",
-                    message=f"timed out after {args.child_timeout} s")
-    if result is None or code != 0:
-        return dict(result or {}, status="failed",
-                    message=f"exit status {code}, result line {'present' if result else 'missing'}")
-    return result
+    run = run_script(child_command(mode, name, steps, args), env=child_env(changes),
+                     timeout=args.child_timeout, echo_prefix=f"  [{name} {mode}] ")
+    return run.checked_result()
 
 
 def plan(args):
