@@ -79,7 +79,7 @@ class Device {
 
   // Plain device memory, as cuMemAlloc / cuMemFree. Pointers are at least 256-byte aligned.
   // free() of memory that queued work may still use is the caller's responsibility: callers
-  // synchronize before freeing (see DeviceAllocator::release_cached_segments).
+  // synchronize before freeing (see BlockPool::release_free_segments).
   virtual Status malloc(int dev, std::size_t bytes, void** ptr) = 0;
   virtual Status free(int dev, void* ptr) = 0;
 
