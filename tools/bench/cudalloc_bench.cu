@@ -8,7 +8,8 @@
 //       live bytes capped at 8 GiB (free instead when over the cap); ns per operation. The plan
 //       runs once untimed ("cold", reported too) and once timed on the warmed allocator.
 //
-// Usage: cudalloc-bench [--quick] [--json PATH]
+// Usage: cudalloc-bench [--quick] [--json PATH] [--only NAME]
+//   --only NAME  measure one allocator (cudalloc, cudaMalloc, ...): comparisons of two builds
 // Exit status: 0 ok, 1 an allocator failed, 2 bad usage, 77 no GPU.
 #include <cuda_runtime.h>
 
@@ -38,6 +39,7 @@ struct Options {
   int slow_reps = 7;        // when one pair takes over 20 us (cudaMalloc at large sizes)
   int mixed_ops = 100000;
   std::size_t live_cap = std::size_t{8} << 30;
+  const char* only = nullptr;  // run only the allocator of this name
 };
 
 double now_ns() {
@@ -383,8 +385,10 @@ bool parse_args(int argc, char** argv, Options& o) {
       o.live_cap = std::size_t{1} << 30;
     } else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
       o.json_path = argv[++i];
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      o.only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--json PATH]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--json PATH] [--only NAME]\n", argv[0]);
       return false;
     }
   }
@@ -413,6 +417,17 @@ int main(int argc, char** argv) {
   allocators.push_back(std::make_unique<CudaMallocAsyncAllocator>(stream));
   allocators.push_back(std::make_unique<CubAllocator>(stream));
   allocators.push_back(std::make_unique<CubAllocator>(stream, CubAllocator::Unbounded{}));
+  if (o.only != nullptr) {
+    allocators.erase(std::remove_if(allocators.begin(), allocators.end(),
+                                    [&](const std::unique_ptr<Allocator>& a) {
+                                      return std::strcmp(a->name(), o.only) != 0;
+                                    }),
+                     allocators.end());
+    if (allocators.empty()) {
+      std::fprintf(stderr, "--only %s: no allocator of that name\n", o.only);
+      return 2;
+    }
+  }
 
   const std::vector<std::size_t> sizes = {512, 4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20};
   const Plan plan = make_plan(o);
