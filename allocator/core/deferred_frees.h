@@ -6,9 +6,15 @@
 //             is recorded on every such stream; the memory stays active until all of them
 //             have completed. poll() checks at the start of each allocation while frees are
 //             pending; poll(Wait::block) waits (OOM path, empty_cache).
-//   unfenced  device order (cudaFree's guarantee) while registered streams exist: the memory
-//             waits until an allocation would otherwise need new memory; then fence() orders
-//             every stream after all of them, GPU-side, and completes them all at once.
+//   unfenced  device order (cudaFree's guarantee): work queued on any stream before the free
+//             may still use the memory, also on streams cudalloc never saw created (a
+//             statically linked runtime creates them out of sight, and so do libraries such
+//             as NCCL). An event on the legacy default stream orders only blocking streams;
+//             for non-blocking ones nothing short of a synchronization of the whole device
+//             proves the work done. So fence() synchronizes the device once for every free
+//             waiting, and the facade calls it only when an allocation would otherwise take
+//             new memory and the waiting frees hold more than a slack: one synchronization
+//             serves many frees, where cudaFree itself synchronizes at every call.
 // A free whose events cannot be recorded or queried waits for a successful device
 // synchronization instead; until one succeeds the memory stays out of use.
 //
@@ -55,25 +61,18 @@ class DeferredFrees {
 
   // A free in stream order: complete at once unless other streams used the memory.
   void free_in_stream_order(const LiveEntry& entry);
-  // A free in device order: complete at once while no stream is registered (the default
-  // streams' own ordering suffices), else wait for the next fence.
+  // A free in device order: waits for the next fence.
   void free_in_device_order(const LiveEntry& entry);
 
   bool has_pending() const { return !pending_.empty(); }
   bool has_unfenced() const { return !unfenced_.empty(); }
+  // Rounded bytes of the frees waiting for a fence.
+  std::size_t unfenced_bytes() const { return unfenced_bytes_; }
   // Completes every pending free whose events are done (Wait::block: waits for them).
   void poll(Wait wait);
-  // Orders every registered stream and the default stream after the work queued so far and
-  // completes every unfenced free; nothing changes if nothing could be ordered.
+  // Completes every unfenced free after one device synchronization; nothing changes when
+  // the synchronization fails.
   void fence();
-  // Completes every unfenced free after a device synchronization (OOM path, empty_cache).
-  void complete_after_device_sync();
-
-  // Streams created by the program that device-ordered frees are ordered against. A new
-  // stream is made to wait for all work queued so far.
-  void register_stream(StreamHandle stream);
-  void unregister_stream(StreamHandle stream);
-  bool streams_registered() const { return !fence_streams_.empty(); }
 
   template <typename F>
   void for_each(F&& f) const {
@@ -94,7 +93,7 @@ class DeferredFrees {
   FreeCompletion& pools_;
   std::vector<PendingFree> pending_;
   std::vector<PendingFree> unfenced_;
-  std::vector<StreamHandle> fence_streams_;
+  std::size_t unfenced_bytes_ = 0;
   std::unordered_map<std::uintptr_t, std::vector<StreamHandle>> stream_uses_;
 };
 

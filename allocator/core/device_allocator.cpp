@@ -52,6 +52,7 @@ void DeviceAllocator::drop_everything() {
   mapper_.forget_pools();
   deferred_.forget();
   sync_.destroy_idle_events();
+  created_streams_.clear();
   live_ = LiveMap();
 }
 
@@ -121,12 +122,13 @@ Error DeviceAllocator::allocate_locked(std::size_t size, StreamHandle stream,
   StreamPool& pool = pools_.get(stream);
   const Request request{size, Growth::may_grow, Tier::device};
   if (deferred_.has_unfenced()) {
-    // Memory freed in device order is reused (behind a fence) before new memory is taken.
+    // Memory freed in device order is reused (behind a fence) before new memory is taken,
+    // once enough of it waits to be worth a device synchronization.
     const Request cached{size, Growth::cache_only, Tier::device};
     if (const Error err = try_allocate(pool, cached, addr, owner); err != Error::out_of_memory) {
       return err;
     }
-    deferred_.fence();
+    if (fence_due()) deferred_.fence();
   }
   Error err = try_allocate(pool, request, addr, owner);
   if (err != Error::out_of_memory) return err;
@@ -139,6 +141,11 @@ Error DeviceAllocator::allocate_locked(std::size_t size, StreamHandle stream,
   }
   if (err == Error::out_of_memory) return out_of_memory(size, pool.stream);
   return err;
+}
+
+bool DeviceAllocator::fence_due() const {
+  const auto reserved = static_cast<std::size_t>(ledger_.stats().reserved_bytes.current);
+  return deferred_.unfenced_bytes() >= std::max(kFenceSlack, reserved / 32);
 }
 
 Error DeviceAllocator::spill(StreamPool& pool, Request request, std::uintptr_t* addr,
@@ -250,7 +257,7 @@ Error DeviceAllocator::empty_cache() {
 
 void DeviceAllocator::release_cached_memory() {
   deferred_.poll(Wait::block);
-  deferred_.complete_after_device_sync();
+  deferred_.fence();
   slabs_.release_empty();
   blocks_.release_free_segments(Segment::Kind::plain);
   blocks_.release_free_segments(Segment::Kind::pinned_host);
@@ -274,14 +281,19 @@ Error DeviceAllocator::set_memory_limit(std::size_t bytes) {
 void DeviceAllocator::register_stream(StreamHandle stream) {
   metadata_guard("register_stream", ordinal_, [&] {
     std::lock_guard lock(lock_);
-    deferred_.register_stream(stream);
+    if (std::find(created_streams_.begin(), created_streams_.end(), stream) ==
+        created_streams_.end()) {
+      created_streams_.push_back(stream);
+    }
   });
 }
 
 void DeviceAllocator::unregister_stream(StreamHandle stream) {
   metadata_guard("unregister_stream", ordinal_, [&] {
     std::lock_guard lock(lock_);
-    deferred_.unregister_stream(stream);
+    const auto it = std::find(created_streams_.begin(), created_streams_.end(), stream);
+    if (it == created_streams_.end()) return;  // not one the program created
+    created_streams_.erase(it);
     release_pool(stream);
   });
 }

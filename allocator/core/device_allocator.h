@@ -72,20 +72,21 @@ class DeviceAllocator final : private FreeCompletion {
   //   stream  reusable at once in the allocation stream's order (PyTorch's contract; other
   //           streams are covered by record_stream)
   //   device  not reused by any work that could run before the work queued on the device
-  //           before the free (cudaFree's guarantee), on any stream. No device call at the
-  //           free. While only the default streams exist, their own ordering suffices and
-  //           the memory is reusable at once; with registered streams, freed memory waits
-  //           until an allocation would otherwise need new memory, then one fence orders
-  //           every stream after all of them (DeferredFrees::fence) and it is reused.
+  //           before the free (cudaFree's guarantee), on any stream, seen or not. No device
+  //           call at the free: the memory waits until an allocation would otherwise need new
+  //           memory and the waiting frees exceed kFenceSlack (or 1/32 of reserved memory);
+  //           then one device synchronization completes all of them (DeferredFrees::fence).
   enum class FreeOrder { stream, device };
+  static constexpr std::size_t kFenceSlack = std::size_t{32} << 20;
 
   // size 0 gives *ptr = nullptr and ok.
   Error allocate(std::size_t size, StreamHandle stream, void** ptr);
   Error deallocate(void* ptr, FreeOrder order = FreeOrder::stream);
-  // Streams created by the program (besides the default ones) that device-ordered frees must
-  // be ordered against. A new stream is made to wait for all work queued so far. Streams are
-  // unregistered before they are destroyed; a destroyed stream's pool, once wholly free, is
-  // returned (its address ranges and records), after the host waited for the stream.
+  // Streams the program created and will destroy (the interposer sees both). Nothing needs
+  // ordering at creation: device-ordered frees wait for a synchronization of the whole
+  // device, which covers every stream, seen or not. unregister_stream is called before the
+  // driver destroys the stream: its pool, once wholly free, is returned (address ranges and
+  // records) after the host waited for the stream.
   void register_stream(StreamHandle stream);
   void unregister_stream(StreamHandle stream);
   // Forgets everything after waiting for the device: every segment goes back to the driver
@@ -136,6 +137,8 @@ class DeviceAllocator final : private FreeCompletion {
                      Owner* owner);
   Error allocate_locked(std::size_t size, StreamHandle stream, std::uintptr_t* addr,
                         Owner* owner);
+  // Whether the device-ordered frees waiting are worth a device synchronization now.
+  bool fence_due() const;
   // Serves a request that found no device room from the host tier.
   Error spill(StreamPool& pool, Request request, std::uintptr_t* addr, Owner* owner);
   Error out_of_memory(std::size_t size, StreamHandle stream);
@@ -169,6 +172,7 @@ class DeviceAllocator final : private FreeCompletion {
   SlabPool slabs_;
   Migrator migrator_;
   DeferredFrees deferred_;
+  std::vector<StreamHandle> created_streams_;
 };
 
 }  // namespace cudalloc

@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <vector>
+
 #include "harness.h"
 
 using namespace cudalloc;
@@ -5,61 +8,106 @@ using namespace cudalloc::test;
 
 namespace {
 using Order = DeviceAllocator::FreeOrder;
-constexpr StreamHandle kStream = 0x77;
 }  // namespace
 
-TEST_CASE("with only default streams, device-ordered frees are reused at once",
+TEST_CASE("device-ordered frees are not reused while a stream nobody registered still works",
           "[device_order]") {
+  // A statically linked runtime creates streams cudalloc never sees: work queued on such a
+  // stream before cudaFree may still read the memory, and only a device synchronization
+  // proves it done.
   Harness h;
-  void* p = h.get(64 * MiB);
+  h.fake.set_manual_streams(true);
+  constexpr StreamHandle kUnseen = 0x5eed;
+  void* p = h.get(16 * MiB);
+  h.fake.enqueue_work(0, kUnseen);  // a kernel on the unseen stream still reads p
   REQUIRE(h.alloc->deallocate(p, Order::device) == Error::ok);
-  CHECK(h.get(64 * MiB) == p);
-  CHECK(h.fake.calls(CallKind::event_record) == 0);
+  CHECK(h.stats().active_count.current == 1);  // not reusable yet
+  // Below the slack a request takes new memory rather than synchronizing.
+  const auto syncs = h.fake.calls(CallKind::synchronize);
+  void* q = h.get(16 * MiB);
+  CHECK(q != p);
+  CHECK(h.fake.calls(CallKind::synchronize) == syncs);
+  CHECK_FALSE(h.fake.stream_idle(0, kUnseen));
+  h.put(q);
 }
 
-TEST_CASE("device-ordered frees are reused behind a fence that orders every stream",
+TEST_CASE("one device synchronization completes every device-ordered free past the slack",
           "[device_order]") {
   Harness h;
   h.fake.set_manual_streams(true);
-  h.fake.enqueue_work(0, 0);  // earlier work on the legacy stream
-  h.alloc->register_stream(kStream);
-  bool ordered_at_creation = false;
-  for (const auto& w : h.fake.waits()) ordered_at_creation |= w.waiter == kStream && w.on == 0;
-  CHECK(ordered_at_creation);  // a new stream starts after the work queued before it
-  void* small = h.get(4096);
-  void* p = h.get(64 * MiB);
-  h.fake.enqueue_work(0, kStream);  // a kernel on the program's stream still uses p
-  const auto records = h.fake.calls(CallKind::event_record);
-  REQUIRE(h.alloc->deallocate(p, Order::device) == Error::ok);
-  h.check();
-  CHECK(h.stats().active_count.current == 2);  // small, and p: not reusable yet
-  void* other = h.get(4096);  // served from the cache: no fence needed
-  CHECK(h.fake.calls(CallKind::event_record) == records);
-  void* q = h.get(64 * MiB);  // would need new memory: fence, then reuse
-  CHECK(q == p);
-  CHECK(h.fake.calls(CallKind::event_record) == records + 2);  // legacy + the program's stream
-  bool legacy_waits = false, side_waits = false;
-  for (const auto& w : h.fake.waits()) {
-    legacy_waits |= w.waiter == 0 && w.on == kStream && w.until == 1;
-    side_waits |= w.waiter == kStream && w.on == 0;
-  }
-  CHECK(legacy_waits);  // later work anywhere runs after the kernel that used p
-  CHECK(side_waits);
-  CHECK_FALSE(h.fake.stream_idle(0, kStream));  // and the host never waited
+  constexpr StreamHandle kUnseen = 0x5eed;
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(h.get(16 * MiB));
+  h.fake.enqueue_work(0, kUnseen);
+  for (void* b : blocks) REQUIRE(h.alloc->deallocate(b, Order::device) == Error::ok);
+  const auto syncs = h.fake.calls(CallKind::synchronize);
+  void* q = h.get(16 * MiB);  // 64 MiB wait, more than the slack: fence, then reuse
+  CHECK(h.fake.calls(CallKind::synchronize) == syncs + 1);
+  CHECK(h.fake.stream_idle(0, kUnseen));  // the synchronization ran the stream's work out
+  CHECK(std::find(blocks.begin(), blocks.end(), q) != blocks.end());
+  CHECK(h.stats().active_count.current == 1);
   h.put(q);
-  h.put(small);
-  h.put(other);
 }
 
-TEST_CASE("device-ordered frees are reused without growth, and the OOM path waits for them", "[device_order][oom]") {
+TEST_CASE("no byte freed in device order is reused before queued work on any stream is done",
+          "[device_order][bytes]") {
+  // Random frees in device order with work queued on streams that were never registered; a
+  // block handed out again must not overlap a block freed while work that may read it was
+  // still queued, unless that work has completed since.
+  Harness h(Settings{}, fake_options(512 * MiB));
+  h.fake.set_manual_streams(true);
+  const StreamHandle streams[] = {0x1001, 0x1002, 0x1003};
+  struct Freed {
+    std::uintptr_t addr;
+    std::size_t size;
+    StreamHandle stream;
+    std::uint64_t syncs;  // device synchronizations before the free
+    bool done;            // the test completed the stream's work since
+  };
+  std::vector<Freed> hazards;
+  std::vector<std::pair<void*, std::size_t>> live;
+  std::uint64_t seed = 12345;
+  auto next = [&] { return seed = seed * 6364136223846793005ull + 1442695040888963407ull; };
+  for (int step = 0; step < 400; ++step) {
+    const std::size_t size = (next() >> 40) % (20 * MiB) + 1;
+    void* p = nullptr;
+    if (h.try_get(size, 0, &p) != Error::ok) continue;
+    const auto syncs = h.fake.calls(CallKind::synchronize);
+    for (const Freed& f : hazards) {
+      const bool overlap = addr(p) < f.addr + f.size && f.addr < addr(p) + size;
+      INFO("step " << step);
+      CHECK((!overlap || f.done || syncs > f.syncs));
+    }
+    live.emplace_back(p, size);
+    if (live.size() > 6 || (next() >> 60) < 8) {
+      const std::size_t i = (next() >> 33) % live.size();
+      const StreamHandle s = streams[(next() >> 50) % 3];
+      h.fake.enqueue_work(0, s);  // a kernel on an unseen stream uses the block
+      REQUIRE(h.alloc->deallocate(live[i].first, Order::device) == Error::ok);
+      hazards.push_back({addr(live[i].first), live[i].second, s,
+                         h.fake.calls(CallKind::synchronize), false});
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if ((next() >> 58) == 0) {
+      const StreamHandle s = streams[(next() >> 50) % 3];
+      h.fake.complete_work(0, s);
+      for (Freed& f : hazards) f.done = f.done || f.stream == s;
+    }
+  }
+  for (auto& [p, size] : live) h.put(p);
+  h.fake.complete_all();
+}
+
+TEST_CASE("device-ordered frees are reused without growth past the slack, and the OOM path "
+          "waits for them", "[device_order][oom]") {
   Harness h(plain_settings(), fake_options(64 * MiB));
   h.fake.set_manual_streams(true);
-  h.alloc->register_stream(kStream);
   void* p = h.get(40 * MiB);
   h.fake.enqueue_work(0, 0);
   REQUIRE(h.alloc->deallocate(p, Order::device) == Error::ok);
-  void* q = h.get(40 * MiB);  // the fence lets it reuse p's memory without waiting
+  void* q = h.get(40 * MiB);  // 40 MiB waits, past the slack: one synchronization, reuse
   CHECK(q == p);
+  CHECK(h.fake.stream_idle(0, 0));
   h.put(q);
   void* r = h.get(8 * MiB);
   REQUIRE(h.alloc->deallocate(r, Order::device) == Error::ok);

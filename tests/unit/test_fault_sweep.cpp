@@ -59,6 +59,11 @@ class Workload {
     h_.alloc->register_stream(kS3);
     for (std::size_t i = 0; i < live_.size(); ++i) put(i, DeviceAllocator::FreeOrder::device);
     get(100 * MiB, kS1);
+    // Idle pages of a stream whose work is still queued, taken by another stream: it waits
+    // for that work on the GPU (an event, a stream wait).
+    h_.fake.enqueue_work(0, kS1);
+    put(live_.size() - 1);
+    get(6 * MiB, kS3);
     h_.alloc->unregister_stream(kS3);
   }
 
