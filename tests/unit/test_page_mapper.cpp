@@ -305,6 +305,57 @@ TEST_CASE("page mapper: release_cached unmaps idle pages and returns them",
   CHECK(p.fake.calls(CallKind::synchronize) == syncs);
 }
 
+TEST_CASE("page mapper: a spilled page gets device memory for a request that does not spill",
+          "[component][page_mapper]") {
+  PagedParts p(with_limit(2 * MiB));
+  Segment& seg = p.segment();
+  Request spill;
+  spill.tier = Tier::host_pages;
+  REQUIRE(p.mapper.use(seg, seg.base, 2 * p.page, spill) == Error::ok);
+  Location where = Location::device;
+  REQUIRE(p.fake.location_of(p.at(seg, 1), &where));
+  CHECK(where == Location::host);  // no device room for the second page
+  CHECK(p.ledger.stats().host_active_bytes.current == std::int64_t(p.page));
+  PhysicalPage* host_page = seg.pages[1].phys;
+  p.mapper.unuse(seg, seg.base, 2 * p.page);
+  CHECK(p.ledger.stats().host_active_bytes.current == 0);
+  // Page 1 again, not spilling: the idle device page replaces the host page there.
+  REQUIRE(p.mapper.use(seg, p.at(seg, 1), p.page, Request{}) == Error::ok);
+  REQUIRE(p.fake.location_of(p.at(seg, 1), &where));
+  CHECK(where == Location::device);
+  CHECK(seg.pages[1].phys == seg.pages[0].phys);
+  CHECK(host_page->owner == nullptr);
+  CHECK(host_page->mappings.empty());
+  CHECK(p.physical.host_idle_list().head == host_page);  // kept for the next spill
+  // Page 0 lost its physical page to page 1; without device room only a spill serves it.
+  CHECK(p.mapper.use(seg, seg.base, p.page, Request{}) == Error::out_of_memory);
+  CHECK(seg.pages[0].users == 0);
+  REQUIRE(p.mapper.use(seg, seg.base, p.page, spill) == Error::ok);
+  CHECK(seg.pages[0].phys == host_page);
+  CHECK(p.physical.host_count() == 1);
+  CHECK(p.ledger.stats().host_active_bytes.current == std::int64_t(p.page));
+}
+
+TEST_CASE("page mapper: a wait for the whole device settles every pool",
+          "[component][page_mapper]") {
+  PagedParts p({}, manual_device());
+  Segment& main = p.segment(0);
+  Segment& side = p.segment(kSide);
+  REQUIRE(p.mapper.use(main, main.base, p.page, Request{}) == Error::ok);
+  REQUIRE(p.mapper.use(side, side.base, p.page, Request{}) == Error::ok);
+  p.fake.enqueue_work(0, 0);
+  p.fake.enqueue_work(0, kSide);
+  p.mapper.unuse(main, main.base, p.page);
+  p.mapper.unuse(side, side.base, p.page);
+  p.fake.fail_call(CallKind::event_synchronize, 1, Status::device_error);
+  REQUIRE(p.mapper.unmap(main.pages[0]) == Error::ok);
+  CHECK(p.fake.calls(CallKind::synchronize) == 1);  // the fallback
+  CHECK(p.fake.stream_idle(0, kSide));
+  REQUIRE(p.mapper.unmap(side.pages[0]) == Error::ok);
+  CHECK(p.ledger.stats().page_waits.current == 1);  // the side pool was settled by it
+  CHECK(p.fake.calls(CallKind::event_record) == 1);
+}
+
 TEST_CASE("page mapper: later pools get smaller address ranges", "[component][page_mapper]") {
   PagedParts p;
   Segment& main = p.segment(0);
