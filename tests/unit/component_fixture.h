@@ -33,6 +33,21 @@ inline FakeDevice::Options small_device(std::size_t capacity = 64 * MiB) {
   return o;
 }
 
+// A fake device whose streams run only when told (enqueue_work / complete_work).
+inline FakeDevice::Options manual_device(std::size_t capacity = 64 * MiB) {
+  FakeDevice::Options o = small_device(capacity);
+  o.manual_streams = true;
+  return o;
+}
+
+// Settings with a reserve cap (0: none) and the idle-page slack.
+inline Settings with_limit(std::size_t limit, double page_slack = Settings{}.page_slack) {
+  Settings s;
+  s.limit = limit;
+  s.page_slack = page_slack;
+  return s;
+}
+
 // How many waits the fake device logged with `waiter` waiting on `on`.
 inline int waits_between(const FakeDevice& fake, StreamHandle waiter, StreamHandle on) {
   const auto all = fake.waits();

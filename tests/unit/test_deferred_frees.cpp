@@ -21,12 +21,7 @@ struct Completions final : FreeCompletion {
 };
 
 struct Frees {
-  Frees() : fake(manual()), sync(fake, 0), ledger(0), deferred(sync, ledger, done) {}
-  static FakeDevice::Options manual() {
-    FakeDevice::Options o = small_device();
-    o.manual_streams = true;
-    return o;
-  }
+  Frees() : fake(manual_device()), sync(fake, 0), ledger(0), deferred(sync, ledger, done) {}
   // Frees `a` in stream order after a use on kOther with work still queued there.
   void free_used_elsewhere(FakeAllocation& a) {
     deferred.note_use(a.entry, kOther);

@@ -11,18 +11,6 @@ namespace {
 
 constexpr StreamHandle kSide = 0x5e;
 
-Settings with_limit(std::size_t limit) {
-  Settings s;
-  s.limit = limit;
-  return s;
-}
-
-FakeDevice::Options manual_device() {
-  FakeDevice::Options o = small_device();
-  o.manual_streams = true;
-  return o;
-}
-
 void check_used(const PagedParts& p, const Segment& seg, std::size_t first, std::size_t count) {
   for (std::size_t i = first; i < first + count; ++i) {
     const Page& page = seg.pages[i];

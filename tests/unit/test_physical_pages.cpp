@@ -7,13 +7,6 @@ using namespace cudalloc::test;
 
 namespace {
 
-Settings with_limit(std::size_t limit, double page_slack = 0.02) {
-  Settings s;
-  s.limit = limit;
-  s.page_slack = page_slack;
-  return s;
-}
-
 PhysicalPage* create(PagedParts& p, Location where = Location::device) {
   PhysicalPage* phys = nullptr;
   REQUIRE(p.physical.create(where, &phys) == Error::ok);

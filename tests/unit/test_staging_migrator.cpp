@@ -82,9 +82,7 @@ TEST_CASE("migrator: a move to host and back keeps the bytes and the address",
 }
 
 TEST_CASE("migrator: a move waits for the work queued before it", "[component][migrator]") {
-  FakeDevice::Options o = small_device();
-  o.manual_streams = true;
-  PagedParts p({}, o);
+  PagedParts p({}, manual_device());
   Live live(p, 2);
   p.fake.enqueue_work(0, 0);  // a kernel still using the allocation
   REQUIRE(p.migrator.move(live.span, Location::host, kCopy) == Error::ok);

@@ -11,12 +11,7 @@ constexpr StreamHandle kB = 0xb0;
 constexpr StreamHandle kC = 0xc0;
 
 struct Sync {
-  Sync() : fake(manual()), sync(fake, 0) {}
-  static FakeDevice::Options manual() {
-    FakeDevice::Options o = small_device();
-    o.manual_streams = true;
-    return o;
-  }
+  Sync() : fake(manual_device()), sync(fake, 0) {}
   std::uint64_t calls(CallKind kind) const { return fake.calls(kind); }
   FakeDevice fake;
   StreamSync sync;
