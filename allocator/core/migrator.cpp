@@ -38,7 +38,8 @@ Error Migrator::move(const AllocationSpan& span, Location to, StreamHandle strea
   return move_pages(std::move(pages), to, stream);
 }
 
-Error Migrator::move_pages(std::vector<Page*> pages, Location to, StreamHandle stream) {
+Error Migrator::move_pages(std::vector<Page*> pages, Location to, StreamHandle stream,
+                           Extent extent) {
   std::erase_if(pages, [&](const Page* p) { return on(*p->phys, to); });
   if (pages.empty()) return Error::ok;
   const StreamHandle own = pages.front()->segment->pool->stream;
@@ -47,12 +48,12 @@ Error Migrator::move_pages(std::vector<Page*> pages, Location to, StreamHandle s
     const std::size_t end = std::min(pages.size(), at + Staging::kStagingPages);
     const std::vector<Page*> batch(pages.begin() + static_cast<std::ptrdiff_t>(at),
                                    pages.begin() + static_cast<std::ptrdiff_t>(end));
-    if (const Error err = move_batch(batch, to, stream); err != Error::ok) return err;
+    if (const Error err = move_batch(batch, to, stream, extent); err != Error::ok) return err;
   }
   return Error::ok;
 }
 
-Error Migrator::acquire_targets(std::size_t count, Location to,
+Error Migrator::acquire_targets(std::size_t count, Location to, Extent extent,
                                 std::vector<PhysicalPage*>& fresh) {
   // Host pages within host_limit, or device pages within the cap.
   for (std::size_t k = 0; k < count; ++k) {
@@ -63,6 +64,9 @@ Error Migrator::acquire_targets(std::size_t count, Location to,
     if (err == Error::ok) {
       fresh.push_back(phys);
       continue;
+    }
+    if (err == Error::out_of_memory && extent == Extent::what_fits && !fresh.empty()) {
+      return Error::ok;  // the caller moves as many pages as it got
     }
     for (PhysicalPage* p : fresh) physical_.make_idle(*p);
     fresh.clear();
@@ -79,10 +83,15 @@ Error Migrator::acquire_targets(std::size_t count, Location to,
   return Error::ok;
 }
 
-Error Migrator::move_batch(const std::vector<Page*>& pages, Location to, StreamHandle stream) {
-  // 1. New backing.
+Error Migrator::move_batch(std::vector<Page*> pages, Location to, StreamHandle stream,
+                          Extent extent) {
+  // 1. New backing (with what_fits perhaps for the first pages only: the rest stay).
   std::vector<PhysicalPage*> fresh;
-  if (const Error err = acquire_targets(pages.size(), to, fresh); err != Error::ok) return err;
+  if (const Error err = acquire_targets(pages.size(), to, extent, fresh); err != Error::ok) {
+    return err;
+  }
+  const bool short_of_room = fresh.size() < pages.size();
+  pages.resize(fresh.size());
   // 2-3. Copy into the new pages, then wait for the copies and everything before them.
   std::vector<char> done(pages.size(), 0);
   std::size_t staged = 0;
@@ -106,6 +115,9 @@ Error Migrator::move_batch(const std::vector<Page*>& pages, Location to, StreamH
     }
   }
   ledger_.pages_moved(to, moved);
+  if (err == Error::ok && short_of_room) {
+    return fail(Error::out_of_memory, "device %d: no room for every page", ordinal_);
+  }
   return err;
 }
 
@@ -238,7 +250,8 @@ Error Migrator::promote() {
         if (page.users > 0 && page.phys->host) pages.push_back(&page);
       }
       if (pages.empty()) continue;
-      const Error err = move_pages(std::move(pages), Location::device, pool.stream);
+      const Error err =
+          move_pages(std::move(pages), Location::device, pool.stream, Extent::what_fits);
       // Out of device room: what moved stays moved, the rest stays on the host.
       if (err != Error::ok) result = err == Error::out_of_memory ? Error::out_of_memory : err;
     }

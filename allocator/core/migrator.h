@@ -63,10 +63,17 @@ class Migrator {
                  std::size_t* host_bytes) const;
 
  private:
+  // Whether a move may stop short: a promotion moves what fits, an explicit move all or
+  // nothing of each batch.
+  enum class Extent { all, what_fits };
   // Moves the pages (all with users, of one segment) whose location differs from `to`.
-  Error move_pages(std::vector<Page*> pages, device::Location to, StreamHandle stream);
-  Error move_batch(const std::vector<Page*>& pages, device::Location to, StreamHandle stream);
-  Error acquire_targets(std::size_t count, device::Location to,
+  Error move_pages(std::vector<Page*> pages, device::Location to, StreamHandle stream,
+                   Extent extent = Extent::all);
+  Error move_batch(std::vector<Page*> pages, device::Location to, StreamHandle stream,
+                   Extent extent);
+  // New backing for `count` pages; with what_fits, fewer (at least one) when the other side
+  // has no room for all.
+  Error acquire_targets(std::size_t count, device::Location to, Extent extent,
                         std::vector<PhysicalPage*>& fresh);
   // The address each new page is written at (mapping staging slots where needed), after
   // ordering `stream` behind the new pages' last users.

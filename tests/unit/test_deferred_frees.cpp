@@ -142,87 +142,49 @@ TEST_CASE("deferred frees: a failed synchronization keeps the memory out of use"
   CHECK_FALSE(f.deferred.has_pending());
 }
 
-TEST_CASE("deferred frees: device-ordered frees complete at once with no registered stream",
+TEST_CASE("deferred frees: device-ordered frees wait for one device synchronization",
           "[component][deferred_frees]") {
+  // Work on streams nobody registered (a static runtime's) may still use the memory: only a
+  // synchronization of the device proves it done, and one serves every free waiting.
   Frees f;
-  FakeAllocation a(kOwn);
-  f.deferred.note_use(a.entry, kOther);
-  f.fake.enqueue_work(0, kOther);
-  f.deferred.free_in_device_order(a.entry);
-  CHECK(f.done.addrs.size() == 1);
-  CHECK_FALSE(f.done.owners[0].has_stream_uses());
-  CHECK_FALSE(f.deferred.has_unfenced());
-  CHECK_FALSE(f.deferred.has_stream_uses(a.entry.key));
-  CHECK(f.fake.calls(CallKind::event_record) == 0);
-}
-
-TEST_CASE("deferred frees: with a registered stream device-ordered frees wait for a fence",
-          "[component][deferred_frees]") {
-  Frees f;
-  f.deferred.register_stream(kProgram);
-  REQUIRE(f.deferred.streams_registered());
   FakeAllocation a(kOwn, 0x10000);
   FakeAllocation b(kOwn, 0x20000);
+  f.deferred.note_use(a.entry, kOther);
   f.fake.enqueue_work(0, kProgram);
   f.deferred.free_in_device_order(a.entry);
   f.deferred.free_in_device_order(b.entry);
   CHECK(f.done.addrs.empty());
   CHECK(f.deferred.has_unfenced());
+  CHECK(f.deferred.unfenced_bytes() == a.block.size + b.block.size);
+  CHECK_FALSE(f.deferred.has_stream_uses(a.entry.key));  // the fence covers every stream
   CHECK(a.block.state == Block::State::pending);
   CHECK(f.ledger.stats().pending_frees.current == 2);
   f.deferred.poll(Wait::block);  // pending frees only
   CHECK(f.done.addrs.empty());
-  const int waits_before = waits_between(f.fake, 0, kProgram);
   f.deferred.fence();
   CHECK(f.done.addrs == std::vector<std::uintptr_t>{0x10000, 0x20000});
+  CHECK_FALSE(f.done.owners[0].has_stream_uses());
   CHECK_FALSE(f.deferred.has_unfenced());
-  CHECK(waits_between(f.fake, 0, kProgram) == waits_before + 1);  // gather
-  CHECK(waits_between(f.fake, kProgram, 0) == 2);  // at registration and at the fence
-  CHECK_FALSE(f.fake.stream_idle(0, kProgram));    // the host never waited
-  CHECK(f.fake.calls(CallKind::synchronize) == 0);
+  CHECK(f.deferred.unfenced_bytes() == 0);
+  CHECK(f.fake.calls(CallKind::synchronize) == 1);
+  CHECK(f.fake.stream_idle(0, kProgram));
+  CHECK(f.fake.calls(CallKind::event_record) == 0);  // no event can order unseen streams
 }
 
-TEST_CASE("deferred frees: a fence that orders nothing completes nothing",
+TEST_CASE("deferred frees: a fence whose synchronization fails completes nothing",
           "[component][deferred_frees]") {
   Frees f;
-  f.deferred.register_stream(kProgram);
   FakeAllocation a(kOwn);
   f.deferred.free_in_device_order(a.entry);
-  f.fake.fail_call(CallKind::stream_wait_event, 1, Status::device_error);
   f.fake.fail_call(CallKind::synchronize, 1, Status::device_error, 2);
   f.deferred.fence();
   CHECK(f.done.addrs.empty());
   CHECK(f.deferred.has_unfenced());
-  f.deferred.complete_after_device_sync();  // the second failure
+  f.deferred.fence();  // the second failure
   CHECK(f.done.addrs.empty());
-  f.deferred.complete_after_device_sync();
+  f.deferred.fence();
   CHECK(f.done.addrs.size() == 1);
   CHECK_FALSE(f.deferred.has_unfenced());
-}
-
-TEST_CASE("deferred frees: a new stream waits for all older work", "[component][deferred_frees]") {
-  Frees f;
-  constexpr StreamHandle kSecond = 0x40;
-  f.fake.enqueue_work(0, 0);
-  f.deferred.register_stream(kProgram);
-  CHECK(waits_between(f.fake, kProgram, 0) == 1);
-  f.fake.enqueue_work(0, kProgram);
-  f.deferred.register_stream(kSecond);
-  CHECK(waits_between(f.fake, 0, kProgram) == 1);  // the older stream's work is gathered
-  CHECK(waits_between(f.fake, kSecond, 0) == 1);   // and the new stream waits for it
-  const auto waits = f.fake.waits().size();
-  f.deferred.register_stream(kSecond);  // already registered: nothing more
-  CHECK(f.fake.waits().size() == waits);
-  // The new stream's work runs after the legacy stream's older work.
-  f.fake.enqueue_work(0, kSecond);
-  f.fake.complete_work(0, kSecond);
-  CHECK(f.fake.stream_idle(0, 0));
-  f.deferred.unregister_stream(kProgram);
-  f.deferred.unregister_stream(kSecond);
-  CHECK_FALSE(f.deferred.streams_registered());
-  FakeAllocation a(kOwn);
-  f.deferred.free_in_device_order(a.entry);
-  CHECK(f.done.addrs.size() == 1);
 }
 
 TEST_CASE("deferred frees: forget drops every wait", "[component][deferred_frees]") {
@@ -232,7 +194,6 @@ TEST_CASE("deferred frees: forget drops every wait", "[component][deferred_frees
   FakeAllocation c(kOwn, 0x30000);
   f.free_used_elsewhere(a);
   f.deferred.note_use(c.entry, kOther);
-  f.deferred.register_stream(kProgram);
   f.deferred.free_in_device_order(b.entry);
   REQUIRE(f.deferred.has_pending());
   REQUIRE(f.deferred.has_unfenced());

@@ -285,3 +285,21 @@ TEST_CASE("staging and migrator: a stuck staging slot after a move is retried by
   CHECK_FALSE(p.staging.has_strays());
   CHECK(live.intact());
 }
+
+TEST_CASE("migrator: promote moves what fits when not every host page does",
+          "[component][migrator]") {
+  // Room for one of the two host pages of one allocation: "while the budget has room" moves
+  // that one.
+  Settings s;
+  s.limit = 6 * MiB;
+  PagedParts p(s);
+  Live a(p, 2);
+  REQUIRE(p.migrator.move(a.span, Location::host, 0) == Error::ok);
+  Live c(p, 2);  // takes the two device pages a left
+  REQUIRE(p.physical.device_idle() == 0);
+  REQUIRE(p.reserved() == std::int64_t(4 * MiB));  // room for one more page
+  REQUIRE(p.migrator.promote() == Error::ok);
+  CHECK(a.pages_at(Location::device) == 1);
+  CHECK(p.ledger.stats().host_active_bytes.current == std::int64_t(p.page));
+  CHECK(a.intact());
+}
