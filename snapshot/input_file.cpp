@@ -277,7 +277,9 @@ class DocumentBuilder : public JsonEvents {
 
 bool parse_json_events(InputFile& input, JsonEvents* events, std::string* error) {
   NestingGuard guard(events);
-  if (json::sax_parse(input.stream(), &guard, json::input_format_t::json, true, true)) return true;
+  // The input may have stopped early in white space after complete JSON: its failure counts.
+  const bool parsed = json::sax_parse(input.stream(), &guard, json::input_format_t::json, true, true);
+  if (parsed && input.failure().empty()) return true;
   *error = !input.failure().empty() ? input.failure()
            : guard.too_deep         ? nesting_error()
            : !events->error.empty() ? events->error
