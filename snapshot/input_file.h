@@ -22,10 +22,11 @@
 
 namespace cudalloc::snapshot {
 
-// The default bound on decompressed input. Readers hold the whole document (inspect, convert,
-// view, diff) or a compact record per event (replay); the largest real trace at hand inflates
-// to 140 MB, snapshots with stack frames of 10^5-10^6 events reach a few GB.
-constexpr std::uint64_t kDefaultMaxInputBytes = std::uint64_t{4} << 30;
+// The default bound on decompressed input: 7 times the largest trace recorded here (140 MB),
+// and what caps the work a small hostile file can cause (docs/reliability.md, "Reader
+// hardening": a document held in memory costs up to 16-30 times its text). Larger
+// recordings (10^6 events with stack frames) need --max-input or CUDALLOC_MAX_INPUT.
+constexpr std::uint64_t kDefaultMaxInputBytes = std::uint64_t{1} << 30;
 // The environment variable that sets the bound (a size: 512M, 16G, ...).
 constexpr const char* kMaxInputEnv = "CUDALLOC_MAX_INPUT";
 

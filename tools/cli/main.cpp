@@ -37,7 +37,7 @@ int usage(FILE* out) {
                cudalloc_version_string());
   for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
   std::fprintf(out, "\nreplay, inspect, convert, view and diff read regular files (plain or gzip) of\n"
-                    "at most 4G once decompressed: --max-input BYTES or %s=BYTES raises it\n",
+                    "at most 1G once decompressed: --max-input BYTES or %s=BYTES raises it\n",
                cudalloc::snapshot::kMaxInputEnv);
   std::fprintf(out, "\nexit codes: 0 success, 1 the work failed (e.g. an output cannot be written,\n"
                     "an invariant broke in replay), 2 bad usage or bad input\n");

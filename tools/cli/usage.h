@@ -29,9 +29,9 @@ inline int usage_error(const char* usage) {
 // The options of every command that reads traces or snapshots, for its usage text. main()
 // takes them out of the arguments (take_input_options) before the command sees them.
 #define CUDALLOC_INPUT_OPTIONS_USAGE                                                        \
-  "  --max-input BYTES  refuse input larger than BYTES once decompressed (default 4G, or\n" \
+  "  --max-input BYTES  refuse input larger than BYTES once decompressed (default 1G, or\n" \
   "                     CUDALLOC_MAX_INPUT); input must be a regular file, plain or gzip\n"
-static_assert(snapshot::kDefaultMaxInputBytes == std::uint64_t{4} << 30,
+static_assert(snapshot::kDefaultMaxInputBytes == std::uint64_t{1} << 30,
               "CUDALLOC_INPUT_OPTIONS_USAGE names the default");
 
 // Removes `--max-input BYTES` from `args` and sets the bound. False with *error on a bad value.
