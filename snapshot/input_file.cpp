@@ -27,7 +27,7 @@ const char* file_kind(mode_t mode) {
   if (S_ISCHR(mode)) return "a character device";
   if (S_ISBLK(mode)) return "a block device";
   if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
+  return "a special file";
 }
 
 // Opens `path` for reading without blocking: open(2) of a FIFO with no writer would wait for
@@ -71,14 +71,17 @@ class InputFile::Buffer : public std::streambuf {
     if (n <= 0) {
       int code = Z_OK;
       const char* message = gzerror(file_, &code);
-      if (code == Z_ERRNO) failure_ = std::string("read error: ") + std::strerror(errno);
-      else if (n < 0 || code != Z_OK) failure_ = std::string("corrupt or truncated gzip data (") + message + ")";
+      if (code == Z_ERRNO) {
+        failure_ = std::string("read error: ") + std::strerror(errno);
+      } else if (n < 0 || code != Z_OK) {
+        failure_ = std::string("corrupt or truncated gzip data (") + message + ")";
+      }
       return traits_type::eof();
     }
     if (std::uint64_t(n) > bound_ - delivered_) {
-      failure_ = "larger than " + format_bytes(bound_) + " once decompressed, the bound on input (" +
-                 std::to_string(bound_) + " bytes); raise it with --max-input BYTES or " +
-                 kMaxInputEnv;
+      failure_ = "larger than " + format_bytes(bound_) +
+                 " once decompressed, the bound on input (" + std::to_string(bound_) +
+                 " bytes); raise it with --max-input BYTES or " + kMaxInputEnv;
       return traits_type::eof();
     }
     char* start = buffer_;
@@ -133,7 +136,10 @@ bool InputFile::read_all(std::string* data, std::string* error) {
   return true;
 }
 
-const std::string& InputFile::failure() const { return buffer_->failure(); }
+const std::string& InputFile::failure() const {
+  static const std::string none;
+  return buffer_ ? buffer_->failure() : none;
+}
 
 std::uint64_t max_input_bytes() {
   if (const std::uint64_t set = g_max_input_bytes.load(std::memory_order_relaxed)) return set;
