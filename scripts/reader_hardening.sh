@@ -55,6 +55,7 @@ write('block_huge.json', seg % (0, 2097152, 18446744073709551615))
 write('device_2_32.json', seg % (4294967296, 2097152, 512))
 write('device_negative.json', seg % (-1, 2097152, 512))
 write('cudalloc_device_2_31.json', '{"segments": [], "cudalloc": {"devices": [{"device": 2147483648}]}}')
+write('cudalloc_slab_negative.json', '{"segments": [], "cudalloc": {"devices": [{"device": 0, "slabs": [{"address": 4096, "bytes": -1}]}]}}')
 write('garbage.txt', 'not a trace')
 write('number.json', '5')
 write('empty', '')
@@ -152,6 +153,7 @@ each "huge block size" 2 "segments\[0\].blocks\[0\]: $jsize" block_huge.json ins
 each "segment device 2^32" 2 "segments\[0\]: 'device' must be an integer from 0 to 2147483647, not 4294967296" device_2_32.json inspect view diff
 each "segment device -1" 2 "'device' must be an integer from 0 to 2147483647, not -1" device_negative.json inspect view
 each "cudalloc device 2^31" 2 "cudalloc.devices\[0\]: 'device' must be an integer from 0 to 2147483647" cudalloc_device_2_31.json inspect view
+each "cudalloc slab of -1 bytes" 2 "cudalloc.devices\[0\].slabs\[0\]: 'bytes' must be an integer from 0" cudalloc_slab_negative.json inspect view
 each "non-snapshot: text" 2 "not a JSON snapshot|malformed JSON at byte" garbage.txt
 each "non-snapshot: random bytes" 2 "not a JSON snapshot|malformed JSON|pickle:" random.bin
 each "non-snapshot: a JSON number" 2 "not a JSON snapshot|no segments list|not a snapshot" number.json replay inspect view

@@ -19,6 +19,8 @@ constexpr std::pair<const char*, ValueKind> kSegmentFields[] = {
 constexpr std::pair<const char*, ValueKind> kBlockFields[] = {
     {"address", ValueKind::address}, {"size", ValueKind::size}, {"requested_size", ValueKind::size}};
 constexpr std::pair<const char*, ValueKind> kDeviceFields[] = {{"device", ValueKind::device}};
+constexpr std::pair<const char*, ValueKind> kSlabFields[] = {{"address", ValueKind::address},
+                                                             {"bytes", ValueKind::size}};
 
 std::uint64_t max_of(ValueKind kind) {
   switch (kind) {
@@ -92,6 +94,12 @@ auto object_with(const std::pair<const char*, ValueKind> (&fields)[N]) {
     }
     return check_fields(item, fields, error) || at(where, error);
   };
+}
+
+// An entry of cudalloc's own section: its device number and its slabs.
+bool check_cudalloc_device(const json& device, const std::string& where, std::string* error) {
+  return object_with(kDeviceFields)(device, where, error) &&
+         check_list(device, "slabs", where, error, object_with(kSlabFields));
 }
 
 bool check_segment(const json& seg, const std::string& where, std::string* error) {
@@ -175,7 +183,7 @@ bool check_document(const json& doc, std::string* error) {
   if (traces != doc.end() && !check_device_traces(*traces, error)) return false;
   auto section = doc.find("cudalloc");
   if (section == doc.end() || !section->is_object()) return true;
-  return check_list(*section, "devices", "cudalloc", error, object_with(kDeviceFields));
+  return check_list(*section, "devices", "cudalloc", error, check_cudalloc_device);
 }
 
 }  // namespace cudalloc::snapshot

@@ -209,6 +209,17 @@ TEST_CASE("device numbers outside 0..2^31 - 1 are refused by the document reader
   }
 }
 
+TEST_CASE("cudalloc's own section is checked too: device numbers and slab sizes",
+          "[reader][input]") {
+  const std::string slab = R"({"segments": [], "cudalloc": {"devices": [{"device": 0,
+      "slabs": [{"address": 4096, "bytes": -1}]}]}})";
+  json d;
+  std::string error;
+  CHECK_FALSE(read_snapshot(temp_file("slab.json", slab), &d, &error));
+  CHECK(error.find("cudalloc.devices[0].slabs[0]: 'bytes' must be an integer from 0") !=
+        std::string::npos);
+}
+
 TEST_CASE("documents are built as json::parse builds them", "[reader][input]") {
   const std::string text = R"({"segments": [{"address": 1, "blocks": [{"size": 2}, {"size": 3}],
       "device": 0}], "meta": {"a": [1, 2.5, "x", null, true, {"b": []}], "a2": {}},
