@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Feeds cudalloc bad input on every surface and prints what happened as Markdown table rows
 # (surface | input | result | message), the source of the bad-input table in
-# docs/reliability.md. Not a test: it reports whatever happens, crashes included.
+# docs/reliability.md. Not a test: it reports whatever happens, crashes included. The readers'
+# hostile-input cases (nesting, inflation, FIFOs, sizes...) are scripts/reader_hardening.sh.
 #
 #   bash scripts/bad_inputs.sh [BUILD_DIR]     (default build/, configured like scripts/test.sh)
 set -uo pipefail

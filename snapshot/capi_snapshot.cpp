@@ -1,9 +1,12 @@
 // cudalloc_snapshot / cudalloc_snapshot_json, and the snapshots that CUDALLOC_CONF asks for
 // on out-of-memory and at exit. Registered when the library loads.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 
 #include "api/cudalloc.h"
 #include "api/hooks.h"
@@ -20,21 +23,43 @@ std::string snapshot_text(Allocator& allocator) {
   return snapshot_json(states, process_conf()).dump();
 }
 
-bool write_file(const std::string& path, const std::string& text) {
+// Writes `text` to PATH.tmp, then renames it over `path`, so that a reader never sees half a
+// snapshot. On every failure the temporary file is removed (only when this call created it: a
+// directory of that name is left alone) and *why says what failed.
+bool write_file(const std::string& path, const std::string& text, std::string* why) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out.good()) return false;
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    *why = "cannot create " + tmp + ": " + std::strerror(errno);
+    return false;
   }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
+  std::size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += std::size_t(n);
+  }
+  const int write_errno = errno;
+  const bool closed = ::close(fd) == 0;
+  if (written < text.size() || !closed) {
+    *why = "cannot write " + tmp + ": " + std::strerror(written < text.size() ? write_errno : errno);
+  } else if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    *why = errno == EISDIR ? path + " is a directory" : "cannot rename " + tmp + " to " + path +
+                                                            ": " + std::strerror(errno);
+  } else {
+    return true;
+  }
+  ::unlink(tmp.c_str());
+  return false;
 }
 
 Error write_snapshot(Allocator& allocator, const std::string& path) {
   const std::string expanded = expand_path(path);
-  if (!write_file(expanded, snapshot_text(allocator))) {
+  std::string why;
+  if (!write_file(expanded, snapshot_text(allocator), &why)) {
     return fail(Error::invalid_value, "cannot write snapshot file %s: %s", expanded.c_str(),
-                std::strerror(errno));
+                why.c_str());
   }
   log().info("snapshot written to {}", expanded);
   return Error::ok;

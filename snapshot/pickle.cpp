@@ -1,5 +1,7 @@
 #include "snapshot/pickle.h"
 
+#include "snapshot/input_file.h"
+
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -300,7 +302,6 @@ bool Unpickler::step(unsigned char op, bool* stop) {
 }
 
 bool Unpickler::to_json(const Ref& node, json* out, int depth) {
-  if (depth > 200) return fail("nesting too deep (a cycle?)");
   if (node_budget_ == 0) return fail("the document is far larger than the pickle (shared lists?)");
   --node_budget_;
   struct Visitor {
@@ -314,7 +315,13 @@ bool Unpickler::to_json(const Ref& node, json* out, int depth) {
     bool operator()(double v) { *out = v; return true; }
     bool operator()(const std::string& v) { *out = v; return true; }
     bool operator()(const Mark&) { return self.fail("stray MARK"); }
+    // A container at depth d (the root's is 0) is at nesting level d + 1; a cycle through
+    // the memo is endlessly deep.
+    bool nesting_ok() {
+      return within_nesting_bound(std::size_t(depth) + 1) || self.fail(nesting_error() + "; a cycle?");
+    }
     bool operator()(const List& l) {
+      if (!nesting_ok()) return false;
       *out = json::array();
       for (const Ref& item : l.items) {
         json j;
@@ -324,6 +331,7 @@ bool Unpickler::to_json(const Ref& node, json* out, int depth) {
       return true;
     }
     bool operator()(const Dict& d) {
+      if (!nesting_ok()) return false;
       *out = json::object();
       for (const auto& [k, v] : d.items) {
         json key, value;

@@ -1,81 +1,24 @@
 #include "snapshot/trace_reader.h"
 
-#include <zlib.h>
-
 #include <cstring>
 #include <istream>
-#include <memory>
 #include <sstream>
-#include <streambuf>
+#include <tuple>
 
+#include "snapshot/input_file.h"
 #include "snapshot/pickle.h"
+#include "snapshot/values.h"
 
 namespace cudalloc::snapshot {
 namespace {
 
 using nlohmann::json;
 
-// A read-only streambuf over zlib's gzFile, which reads gzip and plain files alike.
-class GzipBuffer : public std::streambuf {
- public:
-  explicit GzipBuffer(gzFile file) : file_(file) {}
-  ~GzipBuffer() override { gzclose(file_); }
-  GzipBuffer(const GzipBuffer&) = delete;
-  GzipBuffer& operator=(const GzipBuffer&) = delete;
-  bool failed() const { return failed_; }
-
- protected:
-  int_type underflow() override {
-    const int n = gzread(file_, buffer_, sizeof buffer_);
-    if (n <= 0) {
-      int code = Z_OK;
-      gzerror(file_, &code);
-      failed_ = n < 0 || code != Z_OK;
-      return traits_type::eof();
-    }
-    setg(buffer_, buffer_, buffer_ + n);
-    return traits_type::to_int_type(buffer_[0]);
-  }
-
- private:
-  gzFile file_;
-  char buffer_[1 << 16];
-  bool failed_ = false;
-};
-
-struct OpenFile {
-  std::unique_ptr<GzipBuffer> buffer;
-  std::unique_ptr<std::istream> stream;
-};
-
-bool open_file(const std::string& path, OpenFile* f, std::string* error) {
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    *error = "cannot open " + path + ": " + std::strerror(errno);
-    return false;
-  }
-  gzbuffer(file, 1 << 17);
-  f->buffer = std::make_unique<GzipBuffer>(file);
-  f->stream = std::make_unique<std::istream>(f->buffer.get());
-  return true;
-}
-
-// The first non-blank byte, without consuming it.
-int peek_kind(std::istream& in) {
-  int c = in.peek();
-  while (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
-    in.get();
-    c = in.peek();
-  }
-  return c;
-}
-
 // ---- Streaming JSON: device_traces go straight into records, "meta" into a document ----
 
-class TraceSax : public nlohmann::json_sax<json> {
+class TraceSax : public JsonEvents {
  public:
   explicit TraceSax(TraceFile* out) : out_(out) {}
-  std::string error;
 
   bool null() override { return scalar(json(nullptr)); }
   bool boolean(bool v) override { return scalar(json(v)); }
@@ -94,18 +37,26 @@ class TraceSax : public nlohmann::json_sax<json> {
     if (depth_ == 1) top_key_ = k;
     return true;
   }
-  bool parse_error(std::size_t position, const std::string&,
-                   const nlohmann::detail::exception& e) override {
-    error = "malformed JSON at byte " + std::to_string(position) + ": " + e.what();
-    return false;
-  }
 
  private:
   bool in_traces() const { return top_key_ == "device_traces"; }
   bool in_meta() const { return top_key_ == "meta"; }
 
+  // device_traces must be a list (level 2) of lists (3) of objects (4), as trace_from_document
+  // requires of a whole document. `level` is where a value sits: the depth of a container
+  // opening there, one more than the depth for a scalar.
+  bool check_traces_shape(int level, bool is_array, bool is_object) {
+    if (!in_traces() || level < 2 || level > 4 || (level == 4 ? is_object : is_array)) return true;
+    error = level == 2   ? std::string("\"device_traces\" is not a list")
+            : level == 3 ? "device_traces[" + std::to_string(device_ + 1) + "] is not a list"
+                         : "trace event that is not an object (device " + std::to_string(device_) +
+                               ", event " + std::to_string(index_) + ")";
+    return false;
+  }
+
   bool open(json container) {
     ++depth_;
+    if (!check_traces_shape(depth_, container.is_array(), container.is_object())) return false;
     if (depth_ == 3 && in_traces()) {
       ++device_;
       index_ = 0;
@@ -121,6 +72,7 @@ class TraceSax : public nlohmann::json_sax<json> {
     return true;
   }
   bool scalar(json v) {
+    if (!check_traces_shape(depth_ + 1, false, false)) return false;
     if (in_traces() && depth_ == 4) {
       event_[key_] = std::move(v);
       return true;
@@ -156,32 +108,30 @@ class TraceSax : public nlohmann::json_sax<json> {
   std::vector<json*> building_;
 };
 
+// Replay needs the address and size of every event it replays (an oom event has no address),
+// the stream when there is one.
 bool record_event(const json& e, int device, std::uint64_t index, TraceFile* out,
                   std::string* error) {
   const auto where = " (device " + std::to_string(device) + ", event " + std::to_string(index) + ")";
-  auto it = e.find("action");
-  if (it == e.end() || !it->is_string()) {
-    *error = "trace event without an action" + where;
+  if (!check_event(e, error)) {
+    *error += where;
     return false;
   }
   TraceAction action;
-  if (!trace_action_from_name(it->get_ref<const std::string&>().c_str(), &action)) {
+  if (!trace_action_from_name(e["action"].get_ref<const std::string&>().c_str(), &action)) {
     ++out->other_events;  // snapshot, segment_map, ...: not needed to replay
     return true;
   }
   TraceRecord r{action, 0, 0, 0, device};
   for (auto [field, target] : {std::pair{"addr", &r.addr}, {"size", &r.size}, {"stream", &r.stream}}) {
     auto f = e.find(field);
-    if (f == e.end() && std::strcmp(field, "stream") == 0) continue;  // optional
-    if (f == e.end() && action == TraceAction::oom && std::strcmp(field, "addr") == 0) continue;
-    // JSON gives unsigned numbers, pickles signed ones: either, but never below zero (a size
-    // of -1 would read as 2^64 - 1).
-    if (f == e.end() || !f->is_number_integer() ||
-        (!f->is_number_unsigned() && f->get<std::int64_t>() < 0)) {
-      *error = std::string("trace event without a non-negative integer '") + field + "'" + where;
+    if (f != e.end()) {
+      *target = f->get<std::uint64_t>();  // checked by check_event
+    } else if (std::strcmp(field, "size") == 0 ||
+               (std::strcmp(field, "addr") == 0 && action != TraceAction::oom)) {
+      *error = std::string("trace event without '") + field + "'" + where;
       return false;
     }
-    *target = f->get<std::uint64_t>();
   }
   out->events.push_back(r);
   return true;
@@ -193,71 +143,94 @@ bool TraceSax::finish_event() {
   return true;
 }
 
-bool read_json_stream(std::istream& in, TraceFile* out, std::string* error) {
+bool read_json_stream(InputFile& in, TraceFile* out, std::string* error) {
   TraceSax sax(out);
-  const bool ok = json::sax_parse(in, &sax, json::input_format_t::json, true, true);
-  if (!ok) {
-    *error = sax.error.empty() ? "malformed JSON" : sax.error;
-    return false;
-  }
+  if (!parse_json_events(in, &sax, error)) return false;
   out->format = "json";
   return true;
 }
 
 // ---- RMM CSV ---------------------------------------------------------------------------
 
-bool parse_number(const std::string& text, std::uint64_t* v) {
-  if (text.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  *v = std::strtoull(text.c_str(), &end, text.rfind("0x", 0) == 0 ? 16 : 10);
-  return errno == 0 && *end == '\0';
+// A line without the carriage return of CRLF line ends.
+std::string without_cr(std::string line) {
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return line;
 }
 
-bool read_rmm_csv(std::istream& in, TraceFile* out, std::string* error) {
+// One row after the header: Thread,Time,Action,Pointer,Size,Stream.
+bool read_rmm_row(const std::string& line, std::uint64_t row, TraceRecord* r, std::string* error) {
+  const std::string where = " on RMM log line " + std::to_string(row);
+  std::vector<std::string> cols;
+  std::stringstream ss(line);
+  for (std::string col; std::getline(ss, col, ',');) cols.push_back(col);
+  if (cols.size() < 6) {
+    *error = "malformed RMM log line " + std::to_string(row) + " (fewer than 6 columns): " + line;
+    return false;
+  }
+  if (cols[2] == "allocate") {
+    r->action = TraceAction::alloc;
+  } else if (cols[2] == "free") {
+    r->action = TraceAction::free_completed;
+  } else if (cols[2] == "allocate failure") {
+    r->action = TraceAction::oom;
+  } else {
+    *error = "unknown action '" + cols[2] + "'" + where;
+    return false;
+  }
+  for (auto [col, name, kind, target] :
+       {std::tuple{3, "Pointer", ValueKind::address, &r->addr},
+        {4, "Size", ValueKind::size, &r->size}, {5, "Stream", ValueKind::address, &r->stream}}) {
+    if (!read_value(number_from_text(cols[std::size_t(col)]), kind, name, target, error)) {
+      *error += where;
+      return false;
+    }
+  }
+  return true;
+}
+
+bool read_rmm_csv(InputFile& in, TraceFile* out, std::string* error) {
   std::string line;
-  std::getline(in, line);
-  if (line.rfind("Thread,Time,Action,Pointer,Size,Stream", 0) != 0) {
+  std::getline(in.stream(), line);
+  if (without_cr(line).rfind("Thread,Time,Action,Pointer,Size,Stream", 0) != 0) {
     *error = "not an RMM log: the header is not Thread,Time,Action,Pointer,Size,Stream";
     return false;
   }
-  for (std::uint64_t row = 2; std::getline(in, line); ++row) {
-    if (line.empty() || line == "\r") continue;
-    std::vector<std::string> cols;
-    std::stringstream ss(line);
-    for (std::string col; std::getline(ss, col, ',');) cols.push_back(col);
+  for (std::uint64_t row = 2; std::getline(in.stream(), line); ++row) {
+    line = without_cr(std::move(line));
+    if (line.empty()) continue;
     TraceRecord r{TraceAction::alloc, 0, 0, 0, 0};
-    const std::string& action = cols.size() > 2 ? cols[2] : std::string();
-    if (cols.size() < 6 || !parse_number(cols[3], &r.addr) || !parse_number(cols[4], &r.size) ||
-        !parse_number(cols[5], &r.stream)) {
-      *error = "malformed RMM log line " + std::to_string(row) + ": " + line;
-      return false;
-    }
-    if (action == "allocate") {
-      r.action = TraceAction::alloc;
-    } else if (action == "free") {
-      r.action = TraceAction::free_completed;
-    } else if (action == "allocate failure") {
-      r.action = TraceAction::oom;
-    } else {
-      *error = "unknown action '" + action + "' on RMM log line " + std::to_string(row);
-      return false;
-    }
+    if (!read_rmm_row(line, row, &r, error)) return false;
     out->events.push_back(r);
+  }
+  if (!in.failure().empty()) {
+    *error = in.failure();
+    return false;
   }
   out->format = "rmm-csv";
   return true;
 }
 
-bool read_all(std::istream& in, std::string* data, GzipBuffer& buffer, std::string* error) {
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *data = std::move(ss).str();
-  if (buffer.failed()) {
-    *error = "corrupt or truncated gzip data";
-    return false;
+// A whole document: a pickle, or JSON.
+bool read_document(InputFile& in, json* out, std::string* error) {
+  if (in.peek_content() == 0x80) {
+    std::string data;
+    return in.read_all(&data, error) && pickle_to_json(data, out, error);
   }
-  return true;
+  return parse_json_document(in, nullptr, out, error);
+}
+
+bool read_trace_input(InputFile& in, TraceFile* out, std::string* error) {
+  const int kind = in.peek_content();
+  if (kind == '{') return read_json_stream(in, out, error);
+  if (kind == 'T') return read_rmm_csv(in, out, error);
+  if (kind == 0x80) {
+    json doc;
+    out->format = "pickle";
+    return read_document(in, &doc, error) && trace_from_document(doc, out, error);
+  }
+  *error = in.failure().empty() ? "not a JSON snapshot, a pickle or an RMM log" : in.failure();
+  return false;
 }
 
 }  // namespace
@@ -280,10 +253,6 @@ bool trace_from_document(const json& doc, TraceFile* out, std::string* error) {
       return false;
     }
     for (std::size_t i = 0; i < events.size(); ++i) {
-      if (!events[i].is_object()) {
-        *error = "device " + std::to_string(d) + ", event " + std::to_string(i) + " is not an object";
-        return false;
-      }
       if (!record_event(events[i], int(d), i, out, error)) return false;
     }
   }
@@ -291,55 +260,21 @@ bool trace_from_document(const json& doc, TraceFile* out, std::string* error) {
 }
 
 bool read_snapshot(const std::string& path, json* out, std::string* error) {
-  OpenFile f;
-  if (!open_file(path, &f, error)) return false;
-  const int kind = peek_kind(*f.stream);
-  std::string data;
-  if (!read_all(*f.stream, &data, *f.buffer, error)) return false;
-  if (kind == 0x80) return pickle_to_json(data, out, error);
-  // Consumers of the document (inspect, convert's pickle writer, dump) recurse through it:
-  // nesting is bounded as in the pickle reader. Snapshots nest about 6 levels deep.
-  constexpr int kMaxDepth = 200;
-  bool too_deep = false;
-  *out = json::parse(data, [&](int depth, json::parse_event_t, json&) {
-    too_deep = too_deep || depth > kMaxDepth;
-    return true;
-  }, false);
-  if (out->is_discarded()) {
-    *error = path + " is neither JSON nor a pickle, or it is truncated";
-    return false;
-  }
-  if (too_deep) {
+  InputFile in;
+  bool ok = in.open(path, error) && read_document(in, out, error);
+  if (ok && out->is_array()) *out = json{{"segments", std::move(*out)}};
+  ok = ok && check_document(*out, error);
+  if (!ok) {
     *out = json();
-    *error = path + ": nested deeper than " + std::to_string(kMaxDepth) + " levels";
-    return false;
+    *error = path + ": " + *error;
   }
-  if (out->is_array()) *out = json{{"segments", std::move(*out)}};
-  return true;
+  return ok;
 }
 
 bool read_trace(const std::string& path, TraceFile* out, std::string* error) {
-  OpenFile f;
-  if (!open_file(path, &f, error)) return false;
-  const int kind = peek_kind(*f.stream);
-  bool ok = false;
-  if (kind == '{') {
-    ok = read_json_stream(*f.stream, out, error);
-  } else if (kind == 'T') {
-    ok = read_rmm_csv(*f.stream, out, error);
-  } else if (kind == 0x80) {
-    std::string data;
-    json doc;
-    ok = read_all(*f.stream, &data, *f.buffer, error) && pickle_to_json(data, &doc, error) &&
-         trace_from_document(doc, out, error);
-    out->format = "pickle";
-  } else {
-    *error = path + ": not a JSON snapshot, a pickle or an RMM log";
-  }
-  if (ok && f.buffer->failed()) {
-    *error = "corrupt or truncated gzip data in " + path;
-    ok = false;
-  }
+  InputFile in;
+  const bool ok = in.open(path, error) && read_trace_input(in, out, error);
+  if (!ok) *error = path + ": " + *error;
   return ok;
 }
 

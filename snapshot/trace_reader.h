@@ -3,8 +3,9 @@
 //     millions of events is never held as a JSON document)
 //   - PyTorch's own pickled snapshots (torch.cuda.memory._dump_snapshot), without PyTorch
 //   - RMM's logging_resource_adaptor CSV (Thread,Time,Action,Pointer,Size,Stream)
-// Every failure is a message that says where: the byte offset of malformed input, the
-// device and event index of a malformed event.
+// Every failure is a message that starts with the path and says where: the byte offset of
+// malformed input, the device and event index of a malformed event. Files are opened, bounded
+// and checked by snapshot/input_file.h, values by snapshot/values.h, as in snapshot_loader.h.
 #pragma once
 
 #include <nlohmann/json.hpp>

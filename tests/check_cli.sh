@@ -82,8 +82,11 @@ expect 2 "cannot open" "$cli" view "$dir/missing.json"
 printf '{"segments": 5}' > "$dir/segments_not_list.json"
 expect 2 "segments.* is not a list" "$cli" view "$dir/segments_not_list.json"
 printf '{"segments": [{"device": "zero"}]}' > "$dir/bad_type.json"
-expect 2 "malformed snapshot" "$cli" view "$dir/bad_type.json"
-expect 2 "malformed snapshot" "$cli" diff "$dir/bad_type.json" "$dir/s.json"
+expect 2 "segments\[0\]: 'device' must be an integer" "$cli" view "$dir/bad_type.json"
+expect 2 "segments\[0\]: 'device' must be an integer" "$cli" diff "$dir/bad_type.json" "$dir/s.json"
+printf '{"segments": [{"blocks": [{"state": 5}]}]}' > "$dir/bad_state.json"
+expect 2 "malformed snapshot" "$cli" view "$dir/bad_state.json"
+expect 2 "malformed snapshot" "$cli" diff "$dir/bad_state.json" "$dir/s.json"
 expect 1 "cannot write" "$cli" view "$dir/s.json" -o "$dir/no/such/dir/x.html"
 expect 2 "usage" "$cli" view
 expect 2 "usage" "$cli" view "$dir/s.json" --frobnicate

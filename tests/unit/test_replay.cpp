@@ -114,3 +114,17 @@ TEST_CASE("both policies replay a plan and report their reserved memory", "[repl
   CHECK(tight.oom_events > 0);
   CHECK(tight.problem.empty());
 }
+
+// A size near 2^64 rounded up to 512 bytes wrapped to a 512-byte small-pool request: the model
+// reported 2 MiB reserved for an allocation no device could hold.
+TEST_CASE("PyTorch's model refuses a request larger than the device without wrapping",
+          "[replay]") {
+  PytorchModel model(std::uint64_t{1} << 40);
+  void* handle = nullptr;
+  CHECK_FALSE(model.allocate(UINT64_MAX, 0, &handle));
+  CHECK_FALSE(model.allocate((std::uint64_t{1} << 40) + 1, 0, &handle));
+  CHECK(model.reserved() == 0);
+  CHECK(model.segment_allocs() == 0);
+  REQUIRE(model.allocate(512, 0, &handle));
+  CHECK(model.reserved() == 2 * MiB);
+}

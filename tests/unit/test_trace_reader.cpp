@@ -126,7 +126,7 @@ TEST_CASE("negative sizes and documents nested too deep are refused", "[trace][e
   const auto negative = temp_file(
       "negative.json", R"({"device_traces": [[{"action": "alloc", "addr": 1, "size": -1}]]})");
   CHECK_FALSE(read_trace(negative, &t, &error));
-  CHECK(error.find("non-negative integer 'size'") != std::string::npos);
+  CHECK(error.find("'size' must be an integer from 0 to") != std::string::npos);
   // A pickled trace holds signed integers: non-negative ones are fine.
   const auto pickled = temp_file(
       "signed.pickle",

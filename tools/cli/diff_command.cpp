@@ -23,7 +23,8 @@ constexpr const char* kUsage =
     "  allocated and freed (by address and size). Largest changes first.\n"
     "  A, B: JSON (cudalloc or PyTorch schema), .json.gz or PyTorch pickles\n"
     "  --json  the whole difference as one JSON object (every block and segment)\n"
-    "  --top   entries of each list in the text output (default 10)\n";
+    "  --top   entries of each list in the text output (default 10)\n"
+    CUDALLOC_INPUT_OPTIONS_USAGE;
 
 std::string signed_bytes(std::int64_t delta) {
   const std::string size = format_bytes(static_cast<std::size_t>(std::llabs(delta)));

@@ -141,7 +141,8 @@ constexpr const char* kUsage =
     "  SNAPSHOT: JSON (cudalloc or PyTorch schema), .json.gz or a PyTorch pickle\n"
     "  --size: report the free memory in pieces smaller than this (default 1M)\n"
     "  --top: segments and allocations listed (default 10); --width: map width (default 64)\n"
-    "  --json: the figures as a JSON list, one object per device\n";
+    "  --json: the figures as a JSON list, one object per device\n"
+    CUDALLOC_INPUT_OPTIONS_USAGE;
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 
 #include "api/cudalloc.h"
 #include "cli/commands.h"
+#include "cli/usage.h"
 
 namespace {
 
@@ -12,11 +13,12 @@ struct Command {
   const char* name;
   const char* summary;
   int (*run)(const cudalloc::cli::Args&);
+  bool reads_input = true;  // takes --max-input (cli/usage.h)
 };
 
 constexpr Command kCommands[] = {
     {"options", "list CUDALLOC_CONF keys (--markdown for the reference), check --conf CONF",
-     cudalloc::cli::options_command},
+     cudalloc::cli::options_command, false},
     {"replay", "replay a trace through cudalloc and PyTorch's rules on a simulated device",
      cudalloc::cli::replay_command},
     {"inspect", "summarize a snapshot: memory, fragmentation, largest blocks, segment map",
@@ -34,6 +36,9 @@ int usage(FILE* out) {
                     "usage: cudalloc <command> [args]   (cudalloc <command> --help)\n\ncommands:\n",
                cudalloc_version_string());
   for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+  std::fprintf(out, "\nreplay, inspect, convert, view and diff read regular files (plain or gzip) of\n"
+                    "at most 1G once decompressed: --max-input BYTES or %s=BYTES raises it\n",
+               cudalloc::snapshot::kMaxInputEnv);
   std::fprintf(out, "\nexit codes: 0 success, 1 the work failed (e.g. an output cannot be written,\n"
                     "an invariant broke in replay), 2 bad usage or bad input\n");
   return out == stdout ? 0 : 2;
@@ -55,8 +60,14 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[1], c.name) != 0) continue;
     // A document of an unexpected shape (a list where an object belongs) makes nlohmann::json
     // throw from deep inside a command: that is bad input, reported as such, not an abort.
+    cudalloc::cli::Args args(argv + 2, argv + argc);
+    std::string error;
+    if (c.reads_input && !cudalloc::cli::take_input_options(&args, &error)) {
+      std::fprintf(stderr, "cudalloc %s: %s\n", c.name, error.c_str());
+      return 2;
+    }
     try {
-      return c.run(cudalloc::cli::Args(argv + 2, argv + argc));
+      return c.run(args);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "cudalloc %s: cannot use this input: %s\n", c.name, e.what());
       return 2;

@@ -49,7 +49,8 @@ constexpr const char* kUsage =
     "  --snapshot PATH      write cudalloc's state after the last event as a JSON snapshot\n"
     "                       (with its trace when --conf has trace:N); one trace only\n"
     "  --progress           report each step on stderr even when it is not a terminal (it\n"
-    "                       is shown on a terminal anyway; never on stdout)\n";
+    "                       is shown on a terminal anyway; never on stdout)\n"
+    CUDALLOC_INPUT_OPTIONS_USAGE;
 
 bool parse_args(const Args& args, ReplayArgs* r) {
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -125,8 +126,8 @@ int replay_one(const ReplayArgs& args, const Settings& settings, const std::stri
   const auto t0 = std::chrono::steady_clock::now();
   snapshot::TraceFile trace;
   std::string error;
-  if (!snapshot::read_trace(path, &trace, &error)) {
-    std::fprintf(stderr, "cudalloc replay: %s: %s\n", path.c_str(), error.c_str());
+  if (!snapshot::read_trace(path, &trace, &error)) {  // the error names the path
+    std::fprintf(stderr, "cudalloc replay: %s\n", error.c_str());
     return 2;
   }
   const double parse_seconds =

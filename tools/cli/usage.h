@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "snapshot/input_file.h"
 
 namespace cudalloc::cli {
 
@@ -23,6 +24,30 @@ inline int print_help(const char* usage) {
 inline int usage_error(const char* usage) {
   std::fputs(usage, stderr);
   return 2;
+}
+
+// The options of every command that reads traces or snapshots, for its usage text. main()
+// takes them out of the arguments (take_input_options) before the command sees them.
+#define CUDALLOC_INPUT_OPTIONS_USAGE                                                        \
+  "  --max-input BYTES  refuse input larger than BYTES once decompressed (default 1G, or\n" \
+  "                     CUDALLOC_MAX_INPUT); input must be a regular file, plain or gzip\n"
+static_assert(snapshot::kDefaultMaxInputBytes == std::uint64_t{1} << 30,
+              "CUDALLOC_INPUT_OPTIONS_USAGE names the default");
+
+// Removes `--max-input BYTES` from `args` and sets the bound. False with *error on a bad value.
+inline bool take_input_options(Args* args, std::string* error) {
+  for (std::size_t i = 0; i < args->size(); ++i) {
+    if ((*args)[i] != "--max-input") continue;
+    std::uint64_t bytes = 0;
+    if (i + 1 >= args->size() || !snapshot::parse_max_input((*args)[i + 1], &bytes)) {
+      *error = "--max-input needs a size such as 512M or 16G";
+      return false;
+    }
+    snapshot::set_max_input_bytes(bytes);
+    args->erase(args->begin() + std::ptrdiff_t(i), args->begin() + std::ptrdiff_t(i) + 2);
+    --i;
+  }
+  return true;
 }
 
 }  // namespace cudalloc::cli

@@ -22,7 +22,8 @@ constexpr const char* kUsage =
     "  fragmentation figures and the allocator's settings.\n"
     "  SNAPSHOT: JSON (cudalloc or PyTorch schema), .json.gz or a PyTorch pickle\n"
     "  -o          where to write the page (default: SNAPSHOT without its extension + .html)\n"
-    "  --progress  report progress on stderr even when it is not a terminal\n";
+    "  --progress  report progress on stderr even when it is not a terminal\n"
+    CUDALLOC_INPUT_OPTIONS_USAGE;
 
 struct ViewArgs {
   std::string snapshot, output;

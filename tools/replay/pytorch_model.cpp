@@ -76,6 +76,8 @@ void PytorchModel::release_free_segments() {
 }
 
 bool PytorchModel::allocate(std::uint64_t size, std::uint64_t stream, void** handle) {
+  // Larger than the device: it can never fit. Near 2^64, rounding up would wrap to a small size.
+  if (size > capacity_ || size > UINT64_MAX - kLargeBuffer) return false;
   size = round_size(size);
   const bool small = size <= kSmallSize;
   Block* block = find_free(small, stream, size);
