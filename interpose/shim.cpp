@@ -1,12 +1,13 @@
 #include "interpose/shim.h"
 
 #include <dlfcn.h>
-#include <pthread.h>
 
 #include <cstdlib>
 #include <cstring>
 
+#include "api/options.h"
 #include "api/runtime.h"
+#include "core/log.h"
 #include "device/cuda_device.h"
 #include "device/real_dlsym.h"
 
@@ -15,24 +16,17 @@ namespace {
 
 thread_local bool t_inside = false;
 
+// CUDALLOC_DISABLE=1/true/yes/on (any case) disables cudalloc; 0/false/no/off, empty or unset
+// leave it on; anything else leaves it on with a warning.
 bool read_enabled() {
   const char* v = std::getenv("CUDALLOC_DISABLE");
-  return v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0;
-}
-
-// fork() while another thread holds an allocator lock would leave the child's copy locked
-// forever: take every lock around fork and release it in both processes.
-void lock_all() {
-  if (Allocator* a = process_allocator_if_created()) a->lock_all();
-}
-void unlock_all() {
-  if (Allocator* a = process_allocator_if_created()) a->unlock_all();
-}
-
-[[maybe_unused]] const bool g_atfork = [] {
-  pthread_atfork(&lock_all, &unlock_all, &unlock_all);
+  if (v == nullptr || *v == '\0') return true;
+  bool disable = false;
+  if (parse_bool(v, &disable)) return !disable;
+  log().warn("CUDALLOC_DISABLE='{}' is not 1/true/yes/on or 0/false/no/off; cudalloc stays on",
+             echo(v));
   return true;
-}();
+}
 
 }  // namespace
 
