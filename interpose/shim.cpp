@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -10,6 +11,7 @@
 #include "core/log.h"
 #include "device/cuda_device.h"
 #include "device/real_dlsym.h"
+#include "util/units.h"
 
 namespace cudalloc::interpose {
 namespace {
@@ -128,6 +130,25 @@ FreeResult free_if_ours(void* ptr, DeviceAllocator::FreeOrder order, void* strea
   } catch (...) {
     return FreeResult::failed;
   }
+}
+
+Error pitched_size(std::size_t width, std::size_t height, std::size_t* pitch,
+                   std::size_t* bytes) {
+  if (width > SIZE_MAX - (kPitchAlignment - 1)) return Error::invalid_value;
+  *pitch = round_up(width, kPitchAlignment);
+  if (height != 0 && *pitch > SIZE_MAX / height) return Error::invalid_value;
+  *bytes = *pitch * height;
+  return Error::ok;
+}
+
+int free_result(FreeResult result, int not_ours) {
+  switch (result) {
+    case FreeResult::freed: return 0;
+    case FreeResult::failed: return 1;
+    case FreeResult::not_ours: break;
+  }
+  static const bool simulated = std::strcmp(device::process_device().name(), "fake") == 0;
+  return simulated ? 1 : not_ours;
 }
 
 void* real_runtime(const char* symbol) { return device::real_dlsym(RTLD_NEXT, symbol); }
