@@ -112,10 +112,11 @@ __attribute__((visibility("default"))) int cuMemAllocPitch_v2(CUdeviceptr* dptr,
       (element_size != 4 && element_size != 8 && element_size != 16)) {
     return kInvalidValue;
   }
+  *dptr = 0;
   std::size_t bytes = 0;
-  if (const Error e = pitched_size(width, height, pitch, &bytes); e != Error::ok) {
-    return to_cuda_error(e);
-  }
+  const Error e = pitched_size(width, height, pitch, &bytes);
+  // Unlike cudaMallocPitch, the driver refuses an empty area, as cuMemAlloc refuses 0 bytes.
+  if (e != Error::ok || bytes == 0) return kInvalidValue;
   return allocate(dptr, bytes, nullptr);
 }
 

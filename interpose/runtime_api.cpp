@@ -111,12 +111,12 @@ __attribute__((visibility("default"))) int cudaMallocPitch(void** ptr, std::size
   Inside inside;
   if (!serve(inside)) return REAL(cudaMallocPitch)("cudaMallocPitch", ptr, pitch, width, height);
   if (ptr == nullptr || pitch == nullptr) return answered(kInvalidValue);
+  *ptr = nullptr;
   std::size_t bytes = 0;
   if (const Error e = pitched_size(width, height, pitch, &bytes); e != Error::ok) {
-    *ptr = nullptr;
     return answered(to_cuda_error(e));
   }
-  return allocate(ptr, bytes, nullptr);
+  return allocate(ptr, bytes, nullptr);  // an empty area: success, NULL, pitch 0
 }
 
 __attribute__((visibility("default"))) int cudaMemGetInfo(std::size_t* free_bytes,

@@ -134,10 +134,13 @@ FreeResult free_if_ours(void* ptr, DeviceAllocator::FreeOrder order, void* strea
 
 Error pitched_size(std::size_t width, std::size_t height, std::size_t* pitch,
                    std::size_t* bytes) {
+  *pitch = 0;
+  *bytes = 0;
   if (width > SIZE_MAX - (kPitchAlignment - 1)) return Error::invalid_value;
-  *pitch = round_up(width, kPitchAlignment);
-  if (height != 0 && *pitch > SIZE_MAX / height) return Error::invalid_value;
-  *bytes = *pitch * height;
+  const std::size_t rounded = round_up(width, kPitchAlignment);
+  if (height != 0 && rounded > SIZE_MAX / height) return Error::invalid_value;
+  if (height != 0) *pitch = rounded;
+  *bytes = rounded * height;
   return Error::ok;
 }
 

@@ -51,9 +51,10 @@ void reset_device(int device);                          // -1: the current devic
 void watch_stream(void* stream);                        // a stream the program created
 void unwatch_stream(void* stream);                      // before it is destroyed
 constexpr std::size_t kPitchAlignment = 512;            // row pitch of pitched allocations
-// The pitch (width rounded up to kPitchAlignment) and size of a pitched allocation;
-// invalid_value when either does not fit in size_t (CUDA's answer: a wrapped size would be a
-// tiny allocation handed out as a large one).
+// The pitch (width rounded up to kPitchAlignment) and size of a pitched allocation. When
+// either does not fit in size_t: invalid_value and *pitch = 0 (CUDA's answer, measured on an
+// H200; a wrapped size would be a tiny allocation handed out as a large one). An empty area
+// (width or height 0) has pitch 0 and size 0, as CUDA reports it.
 Error pitched_size(std::size_t width, std::size_t height, std::size_t* pitch, std::size_t* bytes);
 
 // Outcome of freeing through cudalloc.

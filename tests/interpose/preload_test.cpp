@@ -200,6 +200,11 @@ void null_and_bad_answers() {
         "cudaMallocPitch(width * height overflows)");
   check(cudaGetLastError() == cudaErrorInvalidValue, "cudaMallocPitch's error is the last");
   check(cudaMallocPitch(&p, nullptr, 64, 1) == cudaErrorInvalidValue, "cudaMallocPitch(NULL pitch)");
+  pitch = 7;
+  p = &failures;
+  check(cudaMallocPitch(&p, &pitch, 1000, 0) == cudaSuccess && p == nullptr && pitch == 0 &&
+            cudaMallocPitch(&p, &pitch, 0, 5) == cudaSuccess && p == nullptr && pitch == 0,
+        "cudaMallocPitch of an empty area: success, NULL, pitch 0");
   cudaGetLastError();
 }
 
@@ -254,7 +259,9 @@ void driver_null_and_bad_answers() {
     check(pitch_alloc && pitch_alloc(&d, &pitch, SIZE_MAX, 1, 4) == CUDA_ERROR_INVALID_VALUE &&
               pitch_alloc(&d, &pitch, SIZE_MAX / 4, 8, 4) == CUDA_ERROR_INVALID_VALUE &&
               pitch_alloc(nullptr, &pitch, 64, 1, 4) == CUDA_ERROR_INVALID_VALUE &&
-              pitch_alloc(&d, nullptr, 64, 1, 4) == CUDA_ERROR_INVALID_VALUE,
+              pitch_alloc(&d, nullptr, 64, 1, 4) == CUDA_ERROR_INVALID_VALUE &&
+              pitch_alloc(&d, &pitch, 0, 1, 4) == CUDA_ERROR_INVALID_VALUE &&
+              pitch_alloc(&d, &pitch, 64, 0, 4) == CUDA_ERROR_INVALID_VALUE,
           ("cuMemAllocPitch overflow and NULL" + by).c_str());
   }
   check(cudaGetLastError() == g_quiet, "driver failures are not the runtime's last error");
