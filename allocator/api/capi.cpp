@@ -126,9 +126,8 @@ const char* cudalloc_error_name(cudalloc_error_t error) {
 
 cudalloc_error_t cudalloc_allocate(void** ptr, size_t size, int device, cudaStream_t stream) {
   if (ptr != nullptr) *ptr = nullptr;
-  if (const cudalloc_error_t e = check_device(device); e != CUDALLOC_SUCCESS) return e;
-  if (ptr == nullptr) return to_code(fail(Error::invalid_value, "allocate: ptr is NULL"));
   return on_device(device, MinusOne::current, [&](DeviceAllocator& d) {
+    if (ptr == nullptr) return fail(Error::invalid_value, "allocate: ptr is NULL");
     const Error err = d.allocate(size, handle(stream), ptr);
     if (err == Error::out_of_memory && !d.settings().snapshot_on_oom.empty()) {
       if (OutOfMemoryHook hook = out_of_memory_hook()) hook(d.ordinal());
@@ -240,9 +239,8 @@ int cudalloc_stat_count(void) { return stat_field_count(); }
 const char* cudalloc_stat_name(int index) { return stat_field_name(index); }
 
 cudalloc_error_t cudalloc_get_stats(int device, cudalloc_stats_t* out) {
-  if (const cudalloc_error_t e = check_device(device); e != CUDALLOC_SUCCESS) return e;
-  if (out == nullptr) return to_code(fail(Error::invalid_value, "get_stats: out is NULL"));
   return on_device(device, MinusOne::current, [&](DeviceAllocator& d) {
+    if (out == nullptr) return fail(Error::invalid_value, "get_stats: out is NULL");
     const Stats stats = d.stats();
     out->count = 0;
     out->device = d.ordinal();
