@@ -18,15 +18,14 @@
 namespace cudalloc::interpose {
 namespace {
 
+// Every CUDA symbol this library exports (symbols.def).
 constexpr const char* kExported[] = {
-    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocPitch_v2", "cuMemGetInfo_v2", "cuMemAllocAsync",
-    "cuMemAllocAsync_ptsz", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuStreamCreate",
-    "cuStreamCreateWithPriority", "cuStreamDestroy_v2", "cuGetProcAddress",
-    "cuGetProcAddress_v2", "cuDevicePrimaryCtxReset_v2", "cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync",
-    "cudaMallocAsync_ptsz", "cudaFreeAsync_ptsz", "cudaMallocPitch", "cudaMemGetInfo",
-    "cudaDeviceReset", "cudaGetDriverEntryPoint", "cudaGetDriverEntryPointByVersion",
-    "cudaStreamCreate", "cudaStreamCreateWithFlags", "cudaStreamCreateWithPriority",
-    "cudaStreamDestroy"};
+#define CUDALLOC_RUNTIME(name) #name,
+#define CUDALLOC_DRIVER(base, name) #name,
+#define CUDALLOC_DRIVER_PTSZ(base, name, per_thread) #name, #per_thread,
+#define CUDALLOC_DRIVER_ALIAS(name) #name,
+#include "interpose/symbols.def"
+};
 
 // This library's own handle, to look up its definitions (RTLD_DEFAULT would find the
 // program's first).

@@ -27,11 +27,14 @@ constexpr std::uint64_t kPerThreadFlag = 1 << 1;  // CU_GET_PROC_ADDRESS_PER_THR
 void* const kPerThreadStream = reinterpret_cast<void*>(0x2);  // CU_STREAM_PER_THREAD
 
 
+// Calls the real driver function `base_name`, of the type of the hook that forwards to it
+// (REAL(hook) gives it: decltype of the hook itself, so no signature is typed twice).
 template <typename Fn, typename... Args>
 int call_real(const char* base_name, Args... args) {
   auto fn = reinterpret_cast<Fn>(real_driver(base_name));
   return fn != nullptr ? fn(args...) : kNotInitialized;
 }
+#define REAL(hook) call_real<decltype(&hook)>
 
 int allocate(CUdeviceptr* dptr, std::size_t size, void* stream) {
   if (dptr == nullptr) return kInvalidValue;
@@ -41,16 +44,11 @@ int allocate(CUdeviceptr* dptr, std::size_t size, void* stream) {
   return to_cuda_error(err);
 }
 
-int free_memory(const char* real_name, CUdeviceptr dptr, DeviceAllocator::FreeOrder order,
-                void* stream, bool on_stream) {
-  void* ptr = reinterpret_cast<void*>(dptr);
-  switch (free_if_ours(ptr, order, stream, on_stream)) {
-    case FreeResult::freed: return kSuccess;
-    case FreeResult::failed: return kInvalidValue;
-    case FreeResult::not_ours: break;
-  }
-  if (on_stream) return call_real<int (*)(CUdeviceptr, CUstream)>(real_name, dptr, stream);
-  return call_real<int (*)(CUdeviceptr)>(real_name, dptr);
+// Frees a cudalloc pointer; kNotOurs when it is not one (the caller asks the real driver).
+constexpr int kNotOurs = -1;
+int free_ours(CUdeviceptr dptr, DeviceAllocator::FreeOrder order, void* stream, bool on_stream) {
+  return free_result(free_if_ours(reinterpret_cast<void*>(dptr), order, stream, on_stream),
+                     kNotOurs);
 }
 
 }  // namespace
@@ -62,46 +60,38 @@ __attribute__((visibility("default"))) int cuGetProcAddress(const char* symbol, 
 
 __attribute__((visibility("default"))) int cuMemAlloc_v2(CUdeviceptr* dptr, std::size_t size) {
   Inside inside;
-  if (!serve(inside)) return call_real<int (*)(CUdeviceptr*, std::size_t)>("cuMemAlloc", dptr, size);
+  if (!serve(inside)) return REAL(cuMemAlloc_v2)("cuMemAlloc", dptr, size);
+  if (size == 0) return kInvalidValue;  // the driver refuses 0 bytes (the runtime does not)
   return allocate(dptr, size, nullptr);
 }
 
 __attribute__((visibility("default"))) int cuMemFree_v2(CUdeviceptr dptr) {
   Inside inside;
-  if (!serve(inside)) return call_real<int (*)(CUdeviceptr)>("cuMemFree", dptr);
+  if (!serve(inside)) return REAL(cuMemFree_v2)("cuMemFree", dptr);
   if (dptr == 0) return kSuccess;
-  return free_memory("cuMemFree", dptr, DeviceAllocator::FreeOrder::device, nullptr, false);
+  const int r = free_ours(dptr, DeviceAllocator::FreeOrder::device, nullptr, false);
+  return r != kNotOurs ? r : REAL(cuMemFree_v2)("cuMemFree", dptr);
 }
 
 __attribute__((visibility("default"))) int cuMemAllocAsync(CUdeviceptr* dptr, std::size_t size,
                                                            CUstream stream) {
   Inside inside;
-  if (!serve(inside)) {
-    return call_real<int (*)(CUdeviceptr*, std::size_t, CUstream)>("cuMemAllocAsync", dptr, size,
-                                                                   stream);
-  }
+  if (!serve(inside)) return REAL(cuMemAllocAsync)("cuMemAllocAsync", dptr, size, stream);
   return allocate(dptr, size, stream);
 }
 
 __attribute__((visibility("default"))) int cuMemAllocAsync_ptsz(CUdeviceptr* dptr,
                                                                 std::size_t size,
                                                                 CUstream stream) {
-  Inside inside;
-  if (!serve(inside)) {
-    auto fn = reinterpret_cast<int (*)(CUdeviceptr*, std::size_t, CUstream)>(
-        real_driver("cuMemAllocAsync"));
-    return fn != nullptr ? fn(dptr, size, stream != nullptr ? stream : kPerThreadStream)
-                         : kNotInitialized;
-  }
-  return allocate(dptr, size, stream != nullptr ? stream : kPerThreadStream);
+  return cuMemAllocAsync(dptr, size, stream != nullptr ? stream : kPerThreadStream);
 }
 
 __attribute__((visibility("default"))) int cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
   Inside inside;
-  if (!serve(inside)) {
-    return call_real<int (*)(CUdeviceptr, CUstream)>("cuMemFreeAsync", dptr, stream);
-  }
-  return free_memory("cuMemFreeAsync", dptr, DeviceAllocator::FreeOrder::stream, stream, true);
+  if (!serve(inside)) return REAL(cuMemFreeAsync)("cuMemFreeAsync", dptr, stream);
+  if (dptr == 0) return kSuccess;  // as CUDA answers: nothing to free
+  const int r = free_ours(dptr, DeviceAllocator::FreeOrder::stream, stream, true);
+  return r != kNotOurs ? r : REAL(cuMemFreeAsync)("cuMemFreeAsync", dptr, stream);
 }
 
 __attribute__((visibility("default"))) int cuMemFreeAsync_ptsz(CUdeviceptr dptr,
@@ -116,30 +106,31 @@ __attribute__((visibility("default"))) int cuMemAllocPitch_v2(CUdeviceptr* dptr,
                                                               unsigned element_size) {
   Inside inside;
   if (!serve(inside)) {
-    return call_real<int (*)(CUdeviceptr*, std::size_t*, std::size_t, std::size_t, unsigned)>(
-        "cuMemAllocPitch", dptr, pitch, width, height, element_size);
+    return REAL(cuMemAllocPitch_v2)("cuMemAllocPitch", dptr, pitch, width, height, element_size);
   }
-  if (pitch == nullptr || (element_size != 4 && element_size != 8 && element_size != 16)) {
+  if (dptr == nullptr || pitch == nullptr ||
+      (element_size != 4 && element_size != 8 && element_size != 16)) {
     return kInvalidValue;
   }
-  *pitch = round_up(width, kPitchAlignment);
-  return allocate(dptr, *pitch * height, nullptr);
+  *dptr = 0;
+  std::size_t bytes = 0;
+  const Error e = pitched_size(width, height, pitch, &bytes);
+  // Unlike cudaMallocPitch, the driver refuses an empty area, as cuMemAlloc refuses 0 bytes.
+  if (e != Error::ok || bytes == 0) return kInvalidValue;
+  return allocate(dptr, bytes, nullptr);
 }
 
 __attribute__((visibility("default"))) int cuMemGetInfo_v2(std::size_t* free_bytes,
                                                            std::size_t* total_bytes) {
   Inside inside;
-  if (!serve(inside)) {
-    return call_real<int (*)(std::size_t*, std::size_t*)>("cuMemGetInfo", free_bytes,
-                                                          total_bytes);
-  }
+  if (!serve(inside)) return REAL(cuMemGetInfo_v2)("cuMemGetInfo", free_bytes, total_bytes);
   return to_cuda_error(memory_info(free_bytes, total_bytes));  // NULLs allowed
 }
 
 __attribute__((visibility("default"))) int cuStreamCreate(CUstream* stream, unsigned flags) {
   Inside inside;
-  const int r = call_real<int (*)(CUstream*, unsigned)>("cuStreamCreate", stream, flags);
-  if (r == kSuccess && serve(inside)) watch_stream(*stream);
+  const int r = REAL(cuStreamCreate)("cuStreamCreate", stream, flags);
+  if (r == kSuccess && stream != nullptr && serve(inside)) watch_stream(*stream);
   return r;
 }
 
@@ -147,16 +138,16 @@ __attribute__((visibility("default"))) int cuStreamCreateWithPriority(CUstream* 
                                                                       unsigned flags,
                                                                       int priority) {
   Inside inside;
-  const int r = call_real<int (*)(CUstream*, unsigned, int)>("cuStreamCreateWithPriority",
-                                                             stream, flags, priority);
-  if (r == kSuccess && serve(inside)) watch_stream(*stream);
+  const int r =
+      REAL(cuStreamCreateWithPriority)("cuStreamCreateWithPriority", stream, flags, priority);
+  if (r == kSuccess && stream != nullptr && serve(inside)) watch_stream(*stream);
   return r;
 }
 
 __attribute__((visibility("default"))) int cuStreamDestroy_v2(CUstream stream) {
   Inside inside;
   if (serve(inside)) unwatch_stream(stream);
-  return call_real<int (*)(CUstream)>("cuStreamDestroy", stream);
+  return REAL(cuStreamDestroy_v2)("cuStreamDestroy", stream);
 }
 
 // cudaDeviceReset of a statically linked runtime arrives here: everything cudalloc holds on
@@ -164,7 +155,7 @@ __attribute__((visibility("default"))) int cuStreamDestroy_v2(CUstream stream) {
 __attribute__((visibility("default"))) int cuDevicePrimaryCtxReset_v2(int device) {
   Inside inside;
   if (serve(inside)) reset_device(device);
-  return call_real<int (*)(int)>("cuDevicePrimaryCtxReset", device);
+  return REAL(cuDevicePrimaryCtxReset_v2)("cuDevicePrimaryCtxReset", device);
 }
 
 __attribute__((visibility("default"))) int cuGetProcAddress_v2(const char* symbol, void** fn,
@@ -183,8 +174,7 @@ __attribute__((visibility("default"))) int cuGetProcAddress_v2(const char* symbo
       return kSuccess;
     }
   }
-  return call_real<int (*)(const char*, void**, int, std::uint64_t, int*)>(
-      "cuGetProcAddress", symbol, fn, version, flags, status);
+  return REAL(cuGetProcAddress_v2)("cuGetProcAddress", symbol, fn, version, flags, status);
 }
 
 __attribute__((visibility("default"))) int cuGetProcAddress(const char* symbol, void** fn,
@@ -193,6 +183,8 @@ __attribute__((visibility("default"))) int cuGetProcAddress(const char* symbol, 
 }
 
 }  // extern "C"
+
+#undef REAL
 
 namespace cudalloc::interpose {
 namespace {
@@ -204,23 +196,12 @@ struct Hook {
   void* per_thread;       // the _ptsz flavour (or fn)
 };
 
+// From symbols.def: every driver entry point defined above.
 const Hook kHooks[] = {
-    {"cuMemAlloc", "cuMemAlloc_v2", reinterpret_cast<void*>(&cuMemAlloc_v2), nullptr},
-    {"cuMemFree", "cuMemFree_v2", reinterpret_cast<void*>(&cuMemFree_v2), nullptr},
-    {"cuMemAllocPitch", "cuMemAllocPitch_v2", reinterpret_cast<void*>(&cuMemAllocPitch_v2), nullptr},
-    {"cuMemGetInfo", "cuMemGetInfo_v2", reinterpret_cast<void*>(&cuMemGetInfo_v2), nullptr},
-    {"cuMemAllocAsync", "cuMemAllocAsync", reinterpret_cast<void*>(&cuMemAllocAsync),
-     reinterpret_cast<void*>(&cuMemAllocAsync_ptsz)},
-    {"cuMemFreeAsync", "cuMemFreeAsync", reinterpret_cast<void*>(&cuMemFreeAsync),
-     reinterpret_cast<void*>(&cuMemFreeAsync_ptsz)},
-    {"cuStreamCreate", "cuStreamCreate", reinterpret_cast<void*>(&cuStreamCreate), nullptr},
-    {"cuStreamCreateWithPriority", "cuStreamCreateWithPriority",
-     reinterpret_cast<void*>(&cuStreamCreateWithPriority), nullptr},
-    {"cuStreamDestroy", "cuStreamDestroy_v2", reinterpret_cast<void*>(&cuStreamDestroy_v2), nullptr},
-    {"cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2",
-     reinterpret_cast<void*>(&cuDevicePrimaryCtxReset_v2), nullptr},
-    {"cuGetProcAddress", "cuGetProcAddress_v2", reinterpret_cast<void*>(&cuGetProcAddress_v2),
-     nullptr},
+#define CUDALLOC_DRIVER(base, name) {#base, #name, reinterpret_cast<void*>(&name), nullptr},
+#define CUDALLOC_DRIVER_PTSZ(base, name, per_thread) \
+  {#base, #name, reinterpret_cast<void*>(&name), reinterpret_cast<void*>(&per_thread)},
+#include "interpose/symbols.def"
 };
 
 }  // namespace

@@ -22,28 +22,39 @@ constexpr int kSuccess = 0, kInvalidValue = 1, kUnknown = 999;
 // cudaStreamPerThread, what a _ptsz entry point means by stream 0.
 void* const kPerThreadStream = reinterpret_cast<void*>(0x2);
 
-
+// Calls the real runtime function `name`, of the type of the hook that forwards to it
+// (REAL(hook) gives it: decltype of the hook itself, so no signature is typed twice).
 template <typename Fn, typename... Args>
 int call_real(const char* name, Args... args) {
   auto fn = reinterpret_cast<Fn>(real_runtime(name));
   return fn != nullptr ? fn(args...) : kUnknown;
 }
+#define REAL(hook) call_real<decltype(&hook)>
 
-int allocate(void** ptr, std::size_t size, void* stream) {
-  if (ptr == nullptr) return kInvalidValue;
-  return to_cuda_error(allocate_on_current(ptr, size, stream));
+// The runtime's last error, for the failures cudalloc answers itself: like the runtime, the
+// calling thread's most recent error, returned by cudaPeekAtLastError and returned and
+// cleared by cudaGetLastError; success does not clear it. Errors of calls that reach the real
+// runtime are the runtime's own.
+thread_local int t_last_error = kSuccess;
+
+// `code`, left for cudaGetLastError when it is an error: what every served call returns.
+int answered(int code) {
+  if (code != kSuccess) t_last_error = code;
+  return code;
 }
 
-int free_memory(const char* real_name, void* ptr, DeviceAllocator::FreeOrder order,
-                void* stream, bool on_stream) {
+int allocate(void** ptr, std::size_t size, void* stream) {
+  if (ptr == nullptr) return answered(kInvalidValue);
+  return answered(to_cuda_error(allocate_on_current(ptr, size, stream)));
+}
+
+// Frees `ptr` when it is cudalloc's (NULL too: success); kNotOurs when it is not, for the
+// caller to hand to the real runtime.
+constexpr int kNotOurs = -1;
+int free_ours(void* ptr, DeviceAllocator::FreeOrder order, void* stream, bool on_stream) {
   if (ptr == nullptr) return kSuccess;
-  switch (free_if_ours(ptr, order, stream, on_stream)) {
-    case FreeResult::freed: return kSuccess;
-    case FreeResult::failed: return kInvalidValue;
-    case FreeResult::not_ours: break;
-  }
-  if (on_stream) return call_real<int (*)(void*, void*)>(real_name, ptr, stream);
-  return call_real<int (*)(void*)>(real_name, ptr);
+  const int r = free_result(free_if_ours(ptr, order, stream, on_stream), kNotOurs);
+  return r == kNotOurs ? r : answered(r);
 }
 
 }  // namespace
@@ -52,76 +63,91 @@ extern "C" {
 
 __attribute__((visibility("default"))) int cudaMalloc(void** ptr, std::size_t size) {
   Inside inside;
-  if (!serve(inside)) return call_real<int (*)(void**, std::size_t)>("cudaMalloc", ptr, size);
+  if (!serve(inside)) return REAL(cudaMalloc)("cudaMalloc", ptr, size);
   return allocate(ptr, size, nullptr);
 }
 
 __attribute__((visibility("default"))) int cudaFree(void* ptr) {
   Inside inside;
-  if (!serve(inside)) return call_real<int (*)(void*)>("cudaFree", ptr);
-  return free_memory("cudaFree", ptr, DeviceAllocator::FreeOrder::device, nullptr, false);
+  if (!serve(inside)) return REAL(cudaFree)("cudaFree", ptr);
+  const int r = free_ours(ptr, DeviceAllocator::FreeOrder::device, nullptr, false);
+  return r != kNotOurs ? r : REAL(cudaFree)("cudaFree", ptr);
 }
 
 __attribute__((visibility("default"))) int cudaMallocAsync(void** ptr, std::size_t size,
                                                            void* stream) {
   Inside inside;
-  if (!serve(inside)) {
-    return call_real<int (*)(void**, std::size_t, void*)>("cudaMallocAsync", ptr, size, stream);
-  }
+  if (!serve(inside)) return REAL(cudaMallocAsync)("cudaMallocAsync", ptr, size, stream);
   return allocate(ptr, size, stream);
 }
 
 __attribute__((visibility("default"))) int cudaFreeAsync(void* ptr, void* stream) {
   Inside inside;
-  if (!serve(inside)) return call_real<int (*)(void*, void*)>("cudaFreeAsync", ptr, stream);
-  return free_memory("cudaFreeAsync", ptr, DeviceAllocator::FreeOrder::stream, stream, true);
+  if (!serve(inside)) return REAL(cudaFreeAsync)("cudaFreeAsync", ptr, stream);
+  const int r = free_ours(ptr, DeviceAllocator::FreeOrder::stream, stream, true);
+  return r != kNotOurs ? r : REAL(cudaFreeAsync)("cudaFreeAsync", ptr, stream);
 }
 
 __attribute__((visibility("default"))) int cudaMallocAsync_ptsz(void** ptr, std::size_t size,
                                                                 void* stream) {
   Inside inside;
   if (!serve(inside)) {
-    return call_real<int (*)(void**, std::size_t, void*)>("cudaMallocAsync_ptsz", ptr, size,
-                                                          stream);
+    return REAL(cudaMallocAsync_ptsz)("cudaMallocAsync_ptsz", ptr, size, stream);
   }
   return allocate(ptr, size, stream != nullptr ? stream : kPerThreadStream);
 }
 
 __attribute__((visibility("default"))) int cudaFreeAsync_ptsz(void* ptr, void* stream) {
   Inside inside;
-  if (!serve(inside)) return call_real<int (*)(void*, void*)>("cudaFreeAsync_ptsz", ptr, stream);
-  return free_memory("cudaFreeAsync_ptsz", ptr, DeviceAllocator::FreeOrder::stream,
-                     stream != nullptr ? stream : kPerThreadStream, true);
+  if (!serve(inside)) return REAL(cudaFreeAsync_ptsz)("cudaFreeAsync_ptsz", ptr, stream);
+  const int r = free_ours(ptr, DeviceAllocator::FreeOrder::stream,
+                          stream != nullptr ? stream : kPerThreadStream, true);
+  return r != kNotOurs ? r : REAL(cudaFreeAsync_ptsz)("cudaFreeAsync_ptsz", ptr, stream);
 }
 
 __attribute__((visibility("default"))) int cudaMallocPitch(void** ptr, std::size_t* pitch,
                                                            std::size_t width,
                                                            std::size_t height) {
   Inside inside;
-  if (!serve(inside)) {
-    return call_real<int (*)(void**, std::size_t*, std::size_t, std::size_t)>(
-        "cudaMallocPitch", ptr, pitch, width, height);
+  if (!serve(inside)) return REAL(cudaMallocPitch)("cudaMallocPitch", ptr, pitch, width, height);
+  if (ptr == nullptr || pitch == nullptr) return answered(kInvalidValue);
+  *ptr = nullptr;
+  std::size_t bytes = 0;
+  if (const Error e = pitched_size(width, height, pitch, &bytes); e != Error::ok) {
+    return answered(to_cuda_error(e));
   }
-  if (pitch == nullptr) return kInvalidValue;
-  *pitch = round_up(width, kPitchAlignment);
-  return allocate(ptr, *pitch * height, nullptr);
+  return allocate(ptr, bytes, nullptr);  // an empty area: success, NULL, pitch 0
 }
 
 __attribute__((visibility("default"))) int cudaMemGetInfo(std::size_t* free_bytes,
                                                           std::size_t* total_bytes) {
   Inside inside;
-  if (!serve(inside)) {
-    return call_real<int (*)(std::size_t*, std::size_t*)>("cudaMemGetInfo", free_bytes,
-                                                          total_bytes);
-  }
-  return to_cuda_error(memory_info(free_bytes, total_bytes));
+  if (!serve(inside)) return REAL(cudaMemGetInfo)("cudaMemGetInfo", free_bytes, total_bytes);
+  return answered(to_cuda_error(memory_info(free_bytes, total_bytes)));
 }
 
 __attribute__((visibility("default"))) int cudaDeviceReset() {
   Inside inside;
   // Everything cudalloc holds on the current device goes back before the context does.
   if (serve(inside)) reset_device(-1);
-  return call_real<int (*)()>("cudaDeviceReset");
+  return REAL(cudaDeviceReset)("cudaDeviceReset");
+}
+
+// The last error: cudalloc's own when it has one pending (clearing the runtime's too, as one
+// cudaGetLastError clears everything), else the runtime's.
+__attribute__((visibility("default"))) int cudaGetLastError() {
+  const int ours = t_last_error;
+  t_last_error = kSuccess;
+  auto real = reinterpret_cast<decltype(&cudaGetLastError)>(real_runtime("cudaGetLastError"));
+  const int theirs = real != nullptr ? real() : kSuccess;
+  return ours != kSuccess ? ours : theirs;
+}
+
+__attribute__((visibility("default"))) int cudaPeekAtLastError() {
+  if (t_last_error != kSuccess) return t_last_error;
+  auto real =
+      reinterpret_cast<decltype(&cudaPeekAtLastError)>(real_runtime("cudaPeekAtLastError"));
+  return real != nullptr ? real() : kSuccess;
 }
 
 // The runtime's doorway to driver entry points (PyTorch resolves cuMem* this way): hooked
@@ -138,8 +164,7 @@ __attribute__((visibility("default"))) int cudaGetDriverEntryPoint(const char* s
       return kSuccess;
     }
   }
-  return call_real<int (*)(const char*, void**, unsigned long long, int*)>(
-      "cudaGetDriverEntryPoint", symbol, fn, flags, status);
+  return REAL(cudaGetDriverEntryPoint)("cudaGetDriverEntryPoint", symbol, fn, flags, status);
 }
 
 __attribute__((visibility("default"))) int cudaGetDriverEntryPointByVersion(
@@ -152,8 +177,8 @@ __attribute__((visibility("default"))) int cudaGetDriverEntryPointByVersion(
       return kSuccess;
     }
   }
-  return call_real<int (*)(const char*, void**, unsigned int, unsigned long long, int*)>(
-      "cudaGetDriverEntryPointByVersion", symbol, fn, version, flags, status);
+  return REAL(cudaGetDriverEntryPointByVersion)("cudaGetDriverEntryPointByVersion", symbol, fn,
+                                                version, flags, status);
 }
 
 // Streams the program creates are watched, so that device-ordered frees are ordered against
@@ -164,7 +189,7 @@ static void watch_created(int result, void** stream) {
 
 __attribute__((visibility("default"))) int cudaStreamCreate(void** stream) {
   Inside inside;
-  const int r = call_real<int (*)(void**)>("cudaStreamCreate", stream);
+  const int r = REAL(cudaStreamCreate)("cudaStreamCreate", stream);
   if (serve(inside)) watch_created(r, stream);
   return r;
 }
@@ -172,7 +197,7 @@ __attribute__((visibility("default"))) int cudaStreamCreate(void** stream) {
 __attribute__((visibility("default"))) int cudaStreamCreateWithFlags(void** stream,
                                                                      unsigned flags) {
   Inside inside;
-  const int r = call_real<int (*)(void**, unsigned)>("cudaStreamCreateWithFlags", stream, flags);
+  const int r = REAL(cudaStreamCreateWithFlags)("cudaStreamCreateWithFlags", stream, flags);
   if (serve(inside)) watch_created(r, stream);
   return r;
 }
@@ -181,8 +206,8 @@ __attribute__((visibility("default"))) int cudaStreamCreateWithPriority(void** s
                                                                         unsigned flags,
                                                                         int priority) {
   Inside inside;
-  const int r = call_real<int (*)(void**, unsigned, int)>("cudaStreamCreateWithPriority", stream,
-                                                          flags, priority);
+  const int r = REAL(cudaStreamCreateWithPriority)("cudaStreamCreateWithPriority", stream, flags,
+                                                   priority);
   if (serve(inside)) watch_created(r, stream);
   return r;
 }
@@ -190,7 +215,9 @@ __attribute__((visibility("default"))) int cudaStreamCreateWithPriority(void** s
 __attribute__((visibility("default"))) int cudaStreamDestroy(void* stream) {
   Inside inside;
   if (serve(inside)) unwatch_stream(stream);
-  return call_real<int (*)(void*)>("cudaStreamDestroy", stream);
+  return REAL(cudaStreamDestroy)("cudaStreamDestroy", stream);
 }
 
 }  // extern "C"
+
+#undef REAL

@@ -1,38 +1,34 @@
 #include "interpose/shim.h"
 
 #include <dlfcn.h>
-#include <pthread.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
+#include "api/options.h"
 #include "api/runtime.h"
+#include "core/log.h"
 #include "device/cuda_device.h"
 #include "device/real_dlsym.h"
+#include "util/units.h"
 
 namespace cudalloc::interpose {
 namespace {
 
 thread_local bool t_inside = false;
 
+// CUDALLOC_DISABLE=1/true/yes/on (any case) disables cudalloc; 0/false/no/off, empty or unset
+// leave it on; anything else leaves it on with a warning.
 bool read_enabled() {
   const char* v = std::getenv("CUDALLOC_DISABLE");
-  return v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0;
-}
-
-// fork() while another thread holds an allocator lock would leave the child's copy locked
-// forever: take every lock around fork and release it in both processes.
-void lock_all() {
-  if (Allocator* a = process_allocator_if_created()) a->lock_all();
-}
-void unlock_all() {
-  if (Allocator* a = process_allocator_if_created()) a->unlock_all();
-}
-
-[[maybe_unused]] const bool g_atfork = [] {
-  pthread_atfork(&lock_all, &unlock_all, &unlock_all);
+  if (v == nullptr || *v == '\0') return true;
+  bool disable = false;
+  if (parse_bool(v, &disable)) return !disable;
+  log().warn("CUDALLOC_DISABLE='{}' is not 1/true/yes/on or 0/false/no/off; cudalloc stays on",
+             echo(v));
   return true;
-}();
+}
 
 }  // namespace
 
@@ -134,6 +130,28 @@ FreeResult free_if_ours(void* ptr, DeviceAllocator::FreeOrder order, void* strea
   } catch (...) {
     return FreeResult::failed;
   }
+}
+
+Error pitched_size(std::size_t width, std::size_t height, std::size_t* pitch,
+                   std::size_t* bytes) {
+  *pitch = 0;
+  *bytes = 0;
+  if (width > SIZE_MAX - (kPitchAlignment - 1)) return Error::invalid_value;
+  const std::size_t rounded = round_up(width, kPitchAlignment);
+  if (height != 0 && rounded > SIZE_MAX / height) return Error::invalid_value;
+  if (height != 0) *pitch = rounded;
+  *bytes = rounded * height;
+  return Error::ok;
+}
+
+int free_result(FreeResult result, int not_ours) {
+  switch (result) {
+    case FreeResult::freed: return 0;
+    case FreeResult::failed: return 1;
+    case FreeResult::not_ours: break;
+  }
+  static const bool simulated = std::strcmp(device::process_device().name(), "fake") == 0;
+  return simulated ? 1 : not_ours;
 }
 
 void* real_runtime(const char* symbol) { return device::real_dlsym(RTLD_NEXT, symbol); }

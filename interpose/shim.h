@@ -51,10 +51,20 @@ void reset_device(int device);                          // -1: the current devic
 void watch_stream(void* stream);                        // a stream the program created
 void unwatch_stream(void* stream);                      // before it is destroyed
 constexpr std::size_t kPitchAlignment = 512;            // row pitch of pitched allocations
+// The pitch (width rounded up to kPitchAlignment) and size of a pitched allocation. When
+// either does not fit in size_t: invalid_value and *pitch = 0 (CUDA's answer, measured on an
+// H200; a wrapped size would be a tiny allocation handed out as a large one). An empty area
+// (width or height 0) has pitch 0 and size 0, as CUDA reports it.
+Error pitched_size(std::size_t width, std::size_t height, std::size_t* pitch, std::size_t* bytes);
 
 // Outcome of freeing through cudalloc.
 enum class FreeResult { freed, not_ours, failed };
 FreeResult free_if_ours(void* ptr, DeviceAllocator::FreeOrder order, void* stream, bool ordered_on_stream);
+// The CUDA answer to a free that went through cudalloc: 0 when freed, 1 (invalid value) when
+// it failed, and `not_ours` for a pointer cudalloc does not hold, which the caller hands to
+// the real free. On the simulated device nothing else holds device memory, so there a
+// pointer that is not cudalloc's gets CUDA's answer to a pointer it does not know: 1.
+int free_result(FreeResult result, int not_ours);
 
 // The real functions: the CUDA runtime's through the dynamic linker (nullptr when the runtime
 // is linked statically into the program, in which case nothing called it through us), and

@@ -41,7 +41,10 @@ for conf in "limit:lots" "fraction:0" "fraction:nan" "slab_max:4M" "slab_keep:-1
             "limit:99999999999999999999" "colour:blue" "limit" ",,,:,:" "limit:1G,limit:x"; do
   run CUDALLOC_CONF "\`$conf\`" "$cli" options --conf "$conf"
 done
-for device in fake:0 fake:-1G fake:1G:0 fake:1G:65 fake:18446744073709549568 fake:1G:2:3 fakeish; do
+big_key=$(python3 -c 'print("k" * 100000 + ":1")')
+run CUDALLOC_CONF "a 100,000-character unknown key" "$cli" options --conf "$big_key"
+for device in fake:0 fake:-1G fake:1G:0 fake:1G:65 fake:18446744073709549568 fake:1G:2:3 fakeish \
+              fake:xyz banana; do
   run CUDALLOC_DEVICE "\`$device\`" env CUDALLOC_DEVICE="$device" "$build/tests/cudalloc_bad_input_probe"
 done
 
@@ -94,3 +97,16 @@ run LD_PRELOAD "CUDALLOC_CONF=limit:lots on /bin/true" env CUDALLOC_CONF=limit:l
     LD_PRELOAD="$preload" /bin/true
 run LD_PRELOAD "CUDALLOC_DEVICE=cuda (no driver) on /bin/true" env CUDALLOC_DEVICE=cuda \
     LD_PRELOAD="$preload" /bin/true
+
+# The CUDA entry points with NULL, 0, foreign and huge arguments, and fork while threads
+# allocate (tests/interpose/preload_test; built when the CUDA toolkit's headers are found).
+probe=$build/tests/interpose/preload_test
+if [ -x "$probe" ]; then
+  stub=$build/tests/interpose/stub_driver
+  for mode in answers fork; do
+    run LD_PRELOAD "\`preload_test $mode\` (see tests/interpose/preload_test.cpp)" sh -c \
+      "env LD_PRELOAD='$preload' LD_LIBRARY_PATH='$stub' CUDALLOC_CONF=limit:512M '$probe' $mode | tail -1"
+  done
+  run LD_PRELOAD "CUDALLOC_DISABLE=false: cudalloc still serves" sh -c \
+    "env LD_PRELOAD='$preload' LD_LIBRARY_PATH='$stub' CUDALLOC_DISABLE=false CUDALLOC_CONF=limit:512M CUDALLOC_LOG=error '$probe' serve | tail -1"
+fi

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-20}
 shift || true
-all_targets=(fuzz_conf fuzz_pickle fuzz_trace_reader fuzz_ops)
+all_targets=(fuzz_conf fuzz_pickle fuzz_trace_reader fuzz_ops fuzz_capi fuzz_preload)
 [ $# -gt 0 ] && targets=("$@") || targets=("${all_targets[@]}")
 jobs=${JOBS:-$(nproc)}
 build=build-fuzz
@@ -24,7 +24,8 @@ export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export CUDALLOC_LOG=off
 declare -A dict=([fuzz_conf]=tests/fuzz/conf.dict [fuzz_trace_reader]=tests/fuzz/trace_reader.dict)
-declare -A max_len=([fuzz_conf]=512 [fuzz_pickle]=4096 [fuzz_trace_reader]=8192 [fuzz_ops]=2048)
+declare -A max_len=([fuzz_conf]=512 [fuzz_pickle]=4096 [fuzz_trace_reader]=8192 [fuzz_ops]=2048
+                  [fuzz_capi]=1024 [fuzz_preload]=1024)
 status=0
 summary=()
 for t in "${targets[@]}"; do

@@ -45,28 +45,53 @@ cudalloc_error_t guarded(Body&& body) noexcept {
 
 StreamHandle handle(cudaStream_t stream) { return reinterpret_cast<StreamHandle>(stream); }
 
-// Runs f(DeviceAllocator&) on `device`, or on every initialised device when it is -1 and
-// `all_when_negative` is set.
-template <typename F>
-Error on_device(int device, bool all_when_negative, F&& f) {
-  Allocator& a = process_allocator();
-  if (device < 0 && all_when_negative) {
-    Error result = Error::ok;
-    a.for_each_device([&](DeviceAllocator& d) {
-      if (Error e = f(d); e != Error::ok) result = e;
-    });
-    return result;
+// The device argument of every C API function (documented in cudalloc.h): -1 is the current
+// device, or every initialised device where the function says "all"; 0..count-1 is a device;
+// anything else is CUDALLOC_ERROR_INVALID_DEVICE, as cudaSetDevice answers a bad ordinal. It
+// is checked before any other argument. Without any device (no driver) the core answers
+// instead, with CUDALLOC_ERROR_NO_DEVICE.
+enum class MinusOne { current, all };
+
+cudalloc_error_t check_device(int device) noexcept {
+  if (device == -1) return CUDALLOC_SUCCESS;
+  int count = 0;
+  try {
+    count = process_allocator().device_count();
+  } catch (...) {
+    return to_code(fail(Error::internal, "the allocator could not be created"));
   }
-  Error err = Error::ok;
-  DeviceAllocator* d = a.device(device, &err);
-  return d == nullptr ? err : f(*d);
+  if (device >= 0 && (count == 0 || device < count)) return CUDALLOC_SUCCESS;
+  fail(Error::invalid_value, "device %d does not exist (%d devices; -1 means the current one)",
+       device, count);
+  return CUDALLOC_ERROR_INVALID_DEVICE;
 }
 
-// Runs f(DeviceAllocator&) on the device that has `ptr` live.
+// Runs f(DeviceAllocator&) on `device` (checked as above), or on every initialised device
+// when it is -1 and -1 means all.
+template <typename F>
+cudalloc_error_t on_device(int device, MinusOne minus_one, F&& f) {
+  if (const cudalloc_error_t e = check_device(device); e != CUDALLOC_SUCCESS) return e;
+  return guarded([&]() -> Error {
+    Allocator& a = process_allocator();
+    if (device == -1 && minus_one == MinusOne::all) {
+      Error result = Error::ok;
+      a.for_each_device([&](DeviceAllocator& d) {
+        if (Error e = f(d); e != Error::ok) result = e;
+      });
+      return result;
+    }
+    Error err = Error::ok;
+    DeviceAllocator* d = a.device(device, &err);
+    return d == nullptr ? err : f(*d);
+  });
+}
+
+// Runs f(DeviceAllocator&) on the device that has `ptr` live. NULL is never live (as CUDA
+// answers an offload or query of NULL: an invalid pointer).
 template <typename F>
 cudalloc_error_t on_owner(const void* ptr, const char* what, F&& f) {
   return guarded([&]() -> Error {
-    DeviceAllocator* d = process_allocator().owner_of(ptr);
+    DeviceAllocator* d = ptr != nullptr ? process_allocator().owner_of(ptr) : nullptr;
     if (d == nullptr) return fail(Error::invalid_pointer, "%s of %p: not a live allocation", what, ptr);
     return f(*d);
   });
@@ -100,24 +125,23 @@ const char* cudalloc_error_name(cudalloc_error_t error) {
 }
 
 cudalloc_error_t cudalloc_allocate(void** ptr, size_t size, int device, cudaStream_t stream) {
-  if (ptr == nullptr) return to_code(fail(Error::invalid_value, "allocate: ptr is NULL"));
-  *ptr = nullptr;
-  return guarded([&] {
-    return on_device(device, false, [&](DeviceAllocator& d) {
-      const Error err = d.allocate(size, handle(stream), ptr);
-      if (err == Error::out_of_memory && !d.settings().snapshot_on_oom.empty()) {
-        if (OutOfMemoryHook hook = out_of_memory_hook()) hook(d.ordinal());
-      }
-      return err;
-    });
+  if (ptr != nullptr) *ptr = nullptr;
+  return on_device(device, MinusOne::current, [&](DeviceAllocator& d) {
+    if (ptr == nullptr) return fail(Error::invalid_value, "allocate: ptr is NULL");
+    const Error err = d.allocate(size, handle(stream), ptr);
+    if (err == Error::out_of_memory && !d.settings().snapshot_on_oom.empty()) {
+      if (OutOfMemoryHook hook = out_of_memory_hook()) hook(d.ordinal());
+    }
+    return err;
   });
 }
 
 cudalloc_error_t cudalloc_deallocate(void* ptr, int device) {
-  if (ptr == nullptr) return CUDALLOC_SUCCESS;
+  if (const cudalloc_error_t e = check_device(device); e != CUDALLOC_SUCCESS) return e;
+  if (ptr == nullptr) return CUDALLOC_SUCCESS;  // as cudaFree(NULL)
   return guarded([&]() -> Error {
     Allocator& a = process_allocator();
-    if (device < 0) return a.free_anywhere(ptr, DeviceAllocator::FreeOrder::stream);
+    if (device == -1) return a.free_anywhere(ptr, DeviceAllocator::FreeOrder::stream);
     Error err = Error::ok;
     DeviceAllocator* d = a.device(device, &err);
     return d == nullptr ? err : d->deallocate(ptr);
@@ -125,13 +149,10 @@ cudalloc_error_t cudalloc_deallocate(void* ptr, int device) {
 }
 
 cudalloc_error_t cudalloc_record_stream(void* ptr, cudaStream_t stream) {
-  return guarded([&]() -> Error {
-    DeviceAllocator* d = process_allocator().owner_of(ptr);
-    if (d == nullptr) {
-      return fail(Error::invalid_pointer, "record_stream of %p: not a live allocation", ptr);
-    }
-    return d->record_stream(ptr, handle(stream));
-  });
+  // PyTorch records a zero-element tensor, whose data pointer is NULL: nothing to order.
+  if (ptr == nullptr) return CUDALLOC_SUCCESS;
+  return on_owner(ptr, "record_stream",
+                  [&](DeviceAllocator& d) { return d.record_stream(ptr, handle(stream)); });
 }
 
 cudalloc_error_t cudalloc_offload(void* ptr, cudaStream_t stream) {
@@ -144,9 +165,7 @@ cudalloc_error_t cudalloc_prefetch(void* ptr, cudaStream_t stream) {
 }
 
 cudalloc_error_t cudalloc_promote(int device) {
-  return guarded([&] {
-    return on_device(device, true, [](DeviceAllocator& d) { return d.promote(); });
-  });
+  return on_device(device, MinusOne::all, [](DeviceAllocator& d) { return d.promote(); });
 }
 
 cudalloc_error_t cudalloc_residency(const void* ptr, size_t* device_bytes, size_t* host_bytes) {
@@ -159,23 +178,17 @@ cudalloc_error_t cudalloc_residency(const void* ptr, size_t* device_bytes, size_
 }
 
 cudalloc_error_t cudalloc_empty_cache(int device) {
-  return guarded([&] {
-    return on_device(device, true, [](DeviceAllocator& d) { return d.empty_cache(); });
-  });
+  return on_device(device, MinusOne::all, [](DeviceAllocator& d) { return d.empty_cache(); });
 }
 
 cudalloc_error_t cudalloc_set_memory_fraction(double fraction, int device) {
-  return guarded([&] {
-    return on_device(device, false,
-                     [&](DeviceAllocator& d) { return d.set_memory_fraction(fraction); });
-  });
+  return on_device(device, MinusOne::current,
+                   [&](DeviceAllocator& d) { return d.set_memory_fraction(fraction); });
 }
 
 cudalloc_error_t cudalloc_set_memory_limit(size_t bytes, int device) {
-  return guarded([&] {
-    return on_device(device, false,
-                     [&](DeviceAllocator& d) { return d.set_memory_limit(bytes); });
-  });
+  return on_device(device, MinusOne::current,
+                   [&](DeviceAllocator& d) { return d.set_memory_limit(bytes); });
 }
 
 void* cudalloc_malloc(size_t size, int device, cudaStream_t stream) {
@@ -226,26 +239,22 @@ int cudalloc_stat_count(void) { return stat_field_count(); }
 const char* cudalloc_stat_name(int index) { return stat_field_name(index); }
 
 cudalloc_error_t cudalloc_get_stats(int device, cudalloc_stats_t* out) {
-  if (out == nullptr) return to_code(fail(Error::invalid_value, "get_stats: out is NULL"));
-  return guarded([&] {
-    return on_device(device, false, [&](DeviceAllocator& d) {
-      const Stats stats = d.stats();
-      out->count = 0;
-      out->device = d.ordinal();
-      stats.for_each([&](std::string_view, std::string_view, const Stat& s) {
-        out->values[out->count++] = cudalloc_stat_t{s.current, s.peak, s.total};
-      });
-      return Error::ok;
+  return on_device(device, MinusOne::current, [&](DeviceAllocator& d) {
+    if (out == nullptr) return fail(Error::invalid_value, "get_stats: out is NULL");
+    const Stats stats = d.stats();
+    out->count = 0;
+    out->device = d.ordinal();
+    stats.for_each([&](std::string_view, std::string_view, const Stat& s) {
+      out->values[out->count++] = cudalloc_stat_t{s.current, s.peak, s.total};
     });
+    return Error::ok;
   });
 }
 
 cudalloc_error_t cudalloc_reset_peak_stats(int device) {
-  return guarded([&] {
-    return on_device(device, false, [](DeviceAllocator& d) {
-      d.reset_peak_stats();
-      return Error::ok;
-    });
+  return on_device(device, MinusOne::current, [](DeviceAllocator& d) {
+    d.reset_peak_stats();
+    return Error::ok;
   });
 }
 
@@ -258,12 +267,10 @@ int cudalloc_device_count(void) {
 }
 
 cudalloc_error_t cudalloc_validate(int device) {
-  return guarded([&] {
-    return on_device(device, true, [](DeviceAllocator& d) {
-      const std::string problem = d.validate();
-      if (problem.empty()) return Error::ok;
-      return fail(Error::internal, "device %d: %s", d.ordinal(), problem.c_str());
-    });
+  return on_device(device, MinusOne::all, [](DeviceAllocator& d) {
+    const std::string problem = d.validate();
+    if (problem.empty()) return Error::ok;
+    return fail(Error::internal, "device %d: %s", d.ordinal(), problem.c_str());
   });
 }
 

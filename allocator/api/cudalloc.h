@@ -9,6 +9,17 @@
  * after it is freed in the order of S. Work on other streams that uses the memory must either
  * be ordered before the free by the caller, or be declared with cudalloc_record_stream().
  *
+ * Devices: every function that takes a device accepts 0 .. cudalloc_device_count() - 1, and
+ * -1 for the current device (or for every initialised device where a function says "all").
+ * Any other number, negative or too large, gives CUDALLOC_ERROR_INVALID_DEVICE (the answer of
+ * cudaSetDevice to a bad ordinal) before any other argument is looked at. Without a device
+ * at all (no driver), functions give CUDALLOC_ERROR_NO_DEVICE.
+ *
+ * NULL pointers get the answers of the matching CUDA or PyTorch call: freeing NULL and
+ * recording a stream on NULL (PyTorch's zero-element tensors) are successful no-ops;
+ * offload, prefetch and residency of NULL give CUDALLOC_ERROR_INVALID_DEVICE_POINTER; a NULL
+ * output pointer is CUDALLOC_ERROR_INVALID_VALUE.
+ *
  * Configuration comes from the environment variable CUDALLOC_CONF ("key:value,key:value"),
  * logging from CUDALLOC_LOG (trace|debug|info|warn|error|off), and the device from
  * CUDALLOC_DEVICE (cuda | fake[:CAPACITY[:DEVICES]]). See README.md for every key.
@@ -65,7 +76,7 @@ cudalloc_error_t cudalloc_allocate(void** ptr, size_t size, int device, cudaStre
  * `device` may be -1 (cudalloc finds the owner). */
 cudalloc_error_t cudalloc_deallocate(void* ptr, int device);
 /* Marks `ptr` as used by work on `stream`: its memory is reused only after the work queued on
- * `stream` before its free has finished. */
+ * `stream` before its free has finished. NULL is a no-op (success). */
 cudalloc_error_t cudalloc_record_stream(void* ptr, cudaStream_t stream);
 /* Returns every cached, unused segment of `device` (-1: all devices) to the driver, after
  * waiting for the work that may still use it. */

@@ -23,13 +23,6 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-bool parse_bool(std::string_view text, bool* value) {
-  const std::string t = lower(text);
-  if (t == "1" || t == "true" || t == "on" || t == "yes") return *value = true, true;
-  if (t == "0" || t == "false" || t == "off" || t == "no") return *value = false, true;
-  return false;
-}
-
 bool parse_double(std::string_view text, double* value) {
   const std::string t(text);
   char* end = nullptr;
@@ -132,6 +125,19 @@ constexpr std::size_t kNoMax = std::size_t{1} << 60;
 
 }  // namespace
 
+bool parse_bool(std::string_view text, bool* value) {
+  const std::string t = lower(trim(text));
+  if (t == "1" || t == "true" || t == "on" || t == "yes") return *value = true, true;
+  if (t == "0" || t == "false" || t == "off" || t == "no") return *value = false, true;
+  return false;
+}
+
+std::string echo(std::string_view text) {
+  constexpr std::size_t kMax = 64;
+  if (text.size() <= kMax) return std::string(text);
+  return std::string(text.substr(0, kMax)) + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
 std::span<const Option> options() {
   static constexpr Option kTable[] = {
       {"limit", OptionType::bytes,
@@ -221,8 +227,7 @@ std::vector<std::string> parse_conf(std::string_view conf, Settings* settings) {
     if (item.empty()) continue;
     const auto colon = item.find(':');
     if (colon == std::string_view::npos) {
-      warnings.push_back("CUDALLOC_CONF: '" + std::string(item) +
-                         "' is not key:value; ignored");
+      warnings.push_back("CUDALLOC_CONF: '" + echo(item) + "' is not key:value; ignored");
       continue;
     }
     const std::string key = lower(trim(item.substr(0, colon)));
@@ -233,14 +238,14 @@ std::vector<std::string> parse_conf(std::string_view conf, Settings* settings) {
     if (it == table.end()) {
       std::string known;
       for (const Option& o : table) known += (known.empty() ? "" : ", ") + std::string(o.key);
-      warnings.push_back("CUDALLOC_CONF: unknown key '" + key + "' ignored (known keys: " +
-                         known + ")");
+      warnings.push_back("CUDALLOC_CONF: unknown key '" + echo(key) +
+                         "' ignored (known keys: " + known + ")");
       continue;
     }
     std::string why;
     if (!it->set(*settings, value, &why)) {
-      warnings.push_back("CUDALLOC_CONF: bad value '" + std::string(value) + "' for key '" +
-                         key + "': " + why + "; keeping " + it->get(*settings));
+      warnings.push_back("CUDALLOC_CONF: bad value '" + echo(value) + "' for key '" + key +
+                         "': " + why + "; keeping " + echo(it->get(*settings)));
     }
   }
   return warnings;

@@ -33,6 +33,13 @@ const char* option_type_name(OptionType type);
 // Applies `conf` to *settings; returns one warning per problem (already phrased for users).
 std::vector<std::string> parse_conf(std::string_view conf, Settings* settings);
 
+// 1/true/on/yes (true) or 0/false/off/no (false), case-insensitive; false if neither.
+bool parse_bool(std::string_view text, bool* value);
+
+// User text as a warning echoes it: in full up to 64 characters, else its first 64, "..." and
+// its length, so that a huge environment variable does not flood the log.
+std::string echo(std::string_view text);
+
 // The reference table in Markdown: key, type, default, meaning.
 std::string options_markdown();
 

@@ -1,7 +1,11 @@
 #include "api/runtime.h"
 
+#include <pthread.h>
+#include <strings.h>
+
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 
 #include "api/hooks.h"
 #include "api/options.h"
@@ -14,7 +18,23 @@ std::atomic<Allocator*> g_created{nullptr};
 std::string g_conf;
 std::atomic<OutOfMemoryHook> g_oom_hook{nullptr};
 
+// fork() while another thread holds an allocator lock would leave the child's copy locked
+// forever: every lock is taken around fork and released in both processes. Registered once
+// per library (libcudalloc.so and the preload library each have their own allocator) when
+// the allocator is created, after the device layer: prepare handlers run in reverse order of
+// registration, so the allocator's locks are taken before the device layer's (the order in
+// which the allocator takes them while it calls the device), and nothing exists to lock
+// before the allocator does.
+void lock_for_fork() {
+  if (Allocator* a = process_allocator_if_created()) a->lock_all();
+}
+void unlock_after_fork() {
+  if (Allocator* a = process_allocator_if_created()) a->unlock_all();
+}
+
 Allocator* make_process_allocator() {
+  const std::string device_warning = device_choice_warning(std::getenv("CUDALLOC_DEVICE"));
+  if (!device_warning.empty()) log().warn("{}", device_warning);
   Settings settings;
   if (const char* conf = std::getenv("CUDALLOC_CONF")) {
     g_conf = conf;
@@ -24,10 +44,20 @@ Allocator* make_process_allocator() {
   log().debug("using the {} device layer, {} device(s)", device.name(), device.device_count());
   auto* allocator = new Allocator(device, settings);
   g_created.store(allocator, std::memory_order_release);
+  pthread_atfork(&lock_for_fork, &unlock_after_fork, &unlock_after_fork);
   return allocator;
 }
 
 }  // namespace
+
+std::string device_choice_warning(const char* choice) {
+  if (choice == nullptr || *choice == '\0' || strcasecmp(choice, "cuda") == 0 ||
+      std::strncmp(choice, "fake", 4) == 0) {
+    return {};  // the device layer parses (and warns about) the fake spec itself
+  }
+  return "CUDALLOC_DEVICE='" + echo(choice) +
+         "' is neither cuda nor fake[:CAPACITY[:DEVICES]]; using the default (cuda)";
+}
 
 Allocator& process_allocator() {
   static Allocator* allocator = make_process_allocator();

@@ -14,6 +14,9 @@ Allocator& process_allocator();
 // The process-wide allocator if something already created it, else nullptr (for exit-time
 // work that must not start CUDA).
 Allocator* process_allocator_if_created();
+// The warning for a CUDALLOC_DEVICE value (may be NULL) that is neither "cuda" nor
+// "fake...", which then selects the default (CUDA) device; "" when there is nothing to say.
+std::string device_choice_warning(const char* choice);
 // The CUDALLOC_CONF text the allocator was configured from ("" if unset).
 const std::string& process_conf();
 

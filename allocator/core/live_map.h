@@ -2,7 +2,8 @@
 //
 // Open addressing with linear probing and backward-shift deletion (no tombstones), so that a
 // lookup touches one or two cache lines and the table never degrades under churn. Key 0 marks
-// an empty slot; allocations never start at address 0. Not thread-safe: the owner locks.
+// an empty slot; allocations never start at address 0, so find(0) (a NULL pointer) is never
+// found rather than matching an empty slot. Not thread-safe: the owner locks.
 #pragma once
 
 #include <cstddef>
@@ -32,11 +33,12 @@ class LiveMap {
     ++size_;
   }
 
-  // The entry for key, or nullptr.
+  // The entry for key, or nullptr; always nullptr for key 0.
   LiveEntry* find(std::uintptr_t key) {
     return const_cast<LiveEntry*>(static_cast<const LiveMap*>(this)->find(key));
   }
   const LiveEntry* find(std::uintptr_t key) const {
+    if (key == 0) return nullptr;  // 0 is the empty-slot marker, never a live key
     for (std::size_t i = slot_of(key);; i = next(i)) {
       if (table_[i].key == key) return &table_[i];
       if (table_[i].key == 0) return nullptr;

@@ -1,11 +1,13 @@
 #include "device/fake_device.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <set>
 #include <string>
 
 #include "util/units.h"
@@ -20,11 +22,105 @@ void* map_lazy(std::size_t bytes, int prot) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
+// Every live FakeDevice, for the fork handlers. Leaked: a fork may come during static
+// destruction. Lock order: fakes_mutex() before any device's mutex_.
+std::mutex& fakes_mutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+std::set<FakeDevice*>& live_fakes() {
+  static auto* fakes = new std::set<FakeDevice*>;
+  return *fakes;
+}
+
+// Copies the data of `from` (holes stay holes) into `to`, which is as large and empty.
+bool copy_file_data(int from, int to, off_t size) {
+  for (off_t at = 0; at < size;) {
+    const off_t data = ::lseek(from, at, SEEK_DATA);
+    if (data < 0) return errno == ENXIO;  // no data past `at`
+    const off_t hole = ::lseek(from, data, SEEK_HOLE);
+    if (hole < 0) return false;
+    for (off_t in = data, out = data; in < hole;) {
+      const ssize_t n = ::copy_file_range(from, &in, to, &out, static_cast<std::size_t>(hole - in), 0);
+      if (n <= 0) return false;
+    }
+    at = hole;
+  }
+  return true;
+}
+
 }  // namespace
 
-FakeDevice::FakeDevice(Options options) : options_(options), memory_(options.devices) {}
+void FakeDevice::register_fork_handlers() {
+  static const bool registered = [] {
+    pthread_atfork(&lock_all_for_fork, &unlock_all_in_parent, &copy_all_in_child);
+    return true;
+  }();
+  (void)registered;
+}
+
+void FakeDevice::lock_all_for_fork() {
+  fakes_mutex().lock();
+  for (FakeDevice* f : live_fakes()) f->mutex_.lock();
+}
+
+void FakeDevice::unlock_all_in_parent() {
+  for (FakeDevice* f : live_fakes()) f->mutex_.unlock();
+  fakes_mutex().unlock();
+}
+
+// The child is single-threaded here, so remapping under the program's feet is safe: no other
+// thread can be using the memory.
+void FakeDevice::copy_all_in_child() {
+  for (FakeDevice* f : live_fakes()) {
+    bool copied = f->copy_memory_file(kHost);
+    for (int dev = 0; dev < f->options_.devices; ++dev) copied = f->copy_memory_file(dev) && copied;
+    if (!copied) {
+      static const char kMessage[] =
+          "cudalloc: fake device: the child of fork() could not get its own copy of the "
+          "simulated memory; it shares the parent's\n";
+      [[maybe_unused]] const ssize_t n = ::write(2, kMessage, sizeof kMessage - 1);
+    }
+    f->mutex_.unlock();
+  }
+  fakes_mutex().unlock();
+}
+
+bool FakeDevice::copy_memory_file(int dev) {
+  DeviceMemory& m = memory_of(dev);
+  if (m.file < 0) return true;
+  const auto size = static_cast<off_t>(capacity_of(dev));
+  const int copy = ::memfd_create("cudalloc-fake-device", MFD_CLOEXEC);
+  if (copy < 0) return false;
+  if (::ftruncate(copy, size) != 0 || !copy_file_data(m.file, copy, size)) {
+    ::close(copy);
+    return false;
+  }
+  for (const auto& [va, mapping] : mappings_) {
+    const Physical& p = physicals_.at(mapping.handle);
+    if ((p.host ? kHost : p.dev) != dev) continue;
+    const int prot = mapping.accessible ? PROT_READ | PROT_WRITE : PROT_NONE;
+    if (::mmap(reinterpret_cast<void*>(va), mapping.bytes, prot, MAP_SHARED | MAP_FIXED, copy,
+               static_cast<off_t>(p.offset + mapping.offset)) == MAP_FAILED) {
+      return false;  // mappings done so far use the copy, the rest the shared file
+    }
+  }
+  ::close(m.file);
+  m.file = copy;
+  return true;
+}
+
+FakeDevice::FakeDevice(Options options) : options_(options), memory_(options.devices) {
+  register_fork_handlers();
+  std::lock_guard lock(fakes_mutex());
+  live_fakes().insert(this);
+}
 
 FakeDevice::~FakeDevice() {
+  {
+    std::lock_guard lock(fakes_mutex());
+    live_fakes().erase(this);
+  }
   for (auto& [ptr, info] : allocations_) ::munmap(ptr, info.second);
   for (auto& [va, info] : reservations_) ::munmap(reinterpret_cast<void*>(va), info.second);
   for (auto& [ptr, bytes] : host_allocations_) ::munmap(ptr, bytes);
@@ -218,7 +314,7 @@ Status FakeDevice::map(std::uintptr_t va, std::size_t bytes, PhysicalHandle hand
   void* p = ::mmap(reinterpret_cast<void*>(va), bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, m.file,
                    static_cast<off_t>(it->second.offset + offset));
   if (p == MAP_FAILED) return Status::device_error;
-  mappings_[va] = Mapping{bytes, handle};
+  mappings_[va] = Mapping{bytes, handle, offset};
   ++it->second.mappings;
   return Status::ok;
 }
@@ -257,6 +353,9 @@ Status FakeDevice::set_access(int dev, std::uintptr_t va, std::size_t bytes) {
   if (at < va + bytes) return Status::invalid_value;  // part of the range is not mapped
   if (::mprotect(reinterpret_cast<void*>(va), bytes, PROT_READ | PROT_WRITE) != 0) {
     return Status::device_error;
+  }
+  for (auto it = mappings_.find(va); it != mappings_.end() && it->first < va + bytes; ++it) {
+    it->second.accessible = true;
   }
   return Status::ok;
 }

@@ -21,6 +21,9 @@
 //   completes when the work queued on its stream before the record has completed.
 //   stream_wait_event() is logged (waits()) and completing a stream first completes what it
 //   waits on.
+// - fork(): the child gets its own copy of the simulated memory (the memory files would
+//   otherwise be shared: the child's writes and frees would change the parent's buffers), as
+//   a child never shares device memory with its parent in CUDA.
 // - Faults: fail_call(kind, nth, status, count) makes `count` calls of that kind fail, from the
 //   nth from now on.
 #pragma once
@@ -143,6 +146,8 @@ class FakeDevice final : public Device {
   struct Mapping {
     std::size_t bytes;
     PhysicalHandle handle;
+    std::size_t offset;       // into the physical allocation
+    bool accessible = false;  // set_access made it readable and writable
   };
   struct DeviceMemory {
     std::size_t used = 0;
@@ -175,6 +180,13 @@ class FakeDevice final : public Device {
   void free_physical_if_unused(PhysicalHandle handle);
   bool range_reserved(std::uintptr_t va, std::size_t bytes) const;
   bool range_unmapped(std::uintptr_t va, std::size_t bytes) const;
+
+  // fork(): every live FakeDevice is locked around it; the child copies its memory files.
+  static void register_fork_handlers();
+  static void lock_all_for_fork();
+  static void unlock_all_in_parent();
+  static void copy_all_in_child();
+  bool copy_memory_file(int dev);  // this process's own copy of one file; requires mutex_
 
   Options options_;
   mutable std::mutex mutex_;

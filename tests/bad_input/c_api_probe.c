@@ -67,8 +67,29 @@ int main(void) {
 
   e = cudalloc_record_stream(&on_stack, s0);
   row("record_stream of a foreign pointer", e, NULL);
+  e = cudalloc_record_stream(NULL, s0);
+  row("record_stream of NULL (PyTorch, zero-element tensor)", e, NULL);
+  cudalloc_torch_record_stream(NULL, s0);
+  printf("| C API | cudalloc_torch_record_stream (PyTorch entry, no result) of NULL | returns | |\n");
+  e = cudalloc_offload(NULL, s0);
+  row("offload NULL", e, NULL);
+  e = cudalloc_prefetch(NULL, s0);
+  row("prefetch NULL", e, NULL);
+  {
+    size_t on_device = 0, on_host = 0;
+    e = cudalloc_residency(NULL, &on_device, &on_host);
+    row("residency of NULL", e, NULL);
+  }
   e = cudalloc_empty_cache(9);
   row("empty_cache of device 9", e, NULL);
+  e = cudalloc_empty_cache(-5);
+  row("empty_cache of device -5", e, NULL);
+  e = cudalloc_promote(-5);
+  row("promote device -5", e, NULL);
+  e = cudalloc_validate(-5);
+  row("validate device -5", e, NULL);
+  e = cudalloc_deallocate(NULL, -5);
+  row("free NULL naming device -5", e, NULL);
   e = cudalloc_set_memory_fraction(0.0, 0);
   row("set_memory_fraction 0", e, NULL);
   e = cudalloc_set_memory_fraction(1.5, 0);

@@ -4,15 +4,22 @@
 // cudaGetDriverEntryPoint. A stub libcuda.so.1 stands in for the driver.
 //   preload_test serve     cudalloc serves everything
 //   preload_test disabled  CUDALLOC_DISABLE=1: everything reaches the (stub) driver
+//   preload_test answers   NULL, 0, foreign and huge arguments get the answers CUDA gives on
+//                          an H200, and failures are left for cudaGetLastError
+//   preload_test fork      fork() while threads allocate: every child can allocate
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "capi/fork_while_allocating.h"
 
 namespace {
 
@@ -138,11 +145,143 @@ void fork_path() {
             cudaFree(p) == cudaSuccess, "fork: the child exits, the parent goes on");
 }
 
+// The answers CUDA gives on an H200 (recorded), on every path to each entry point.
+// What the runtime's own last error is with nothing of cudalloc's pending: cudaSuccess on a
+// GPU; with the stub driver the real runtime reports its failed initialisation every time.
+cudaError_t g_quiet = cudaSuccess;
+
+void null_and_bad_answers() {
+  g_quiet = cudaGetLastError();
+  void* p = &failures;
+  check(cudaMalloc(&p, 0) == cudaSuccess && p == nullptr, "cudaMalloc(0): success, NULL");
+  check(cudaFree(nullptr) == cudaSuccess, "cudaFree(NULL)");
+  check(cudaFreeAsync(nullptr, nullptr) == cudaSuccess, "cudaFreeAsync(NULL)");
+  check(cudaMalloc(nullptr, 64) == cudaErrorInvalidValue, "cudaMalloc(NULL ptr)");
+  check(cudaGetLastError() == cudaErrorInvalidValue && cudaGetLastError() == g_quiet,
+        "cudaMalloc(NULL ptr) is reported once by cudaGetLastError");
+
+  check(cudaMalloc(&p, std::size_t(1) << 50) == cudaErrorMemoryAllocation && p == nullptr,
+        "2^50 bytes: cudaErrorMemoryAllocation");
+  check(cudaPeekAtLastError() == cudaErrorMemoryAllocation &&
+            cudaPeekAtLastError() == cudaErrorMemoryAllocation,
+        "cudaPeekAtLastError reports it and keeps it");
+  check(cudaMalloc(&p, 64) == cudaSuccess && cudaFree(p) == cudaSuccess &&
+            cudaGetLastError() == cudaErrorMemoryAllocation,
+        "success does not clear it; cudaGetLastError returns it");
+  check(cudaGetLastError() == g_quiet && cudaPeekAtLastError() == g_quiet,
+        "cudaGetLastError cleared it");
+
+  int on_stack = 0;
+  void* on_heap = std::malloc(64);
+  void* live = nullptr;
+  cudaMalloc(&live, 4096);
+  void* freed = nullptr;
+  cudaMalloc(&freed, 4096);
+  cudaFree(freed);
+  const struct { const char* what; void* ptr; } foreign[] = {
+      {"cudaFree(interior pointer)", static_cast<char*>(live) + 256},
+      {"cudaFree(double free)", freed},
+      {"cudaFree(stack pointer)", &on_stack},
+      {"cudaFree(malloc pointer)", on_heap}};
+  for (const auto& f : foreign) {
+    check(cudaFree(f.ptr) == cudaErrorInvalidValue && cudaGetLastError() == cudaErrorInvalidValue,
+          f.what);
+  }
+  check(cudaFreeAsync(&on_stack, nullptr) == cudaErrorInvalidValue, "cudaFreeAsync(stack)");
+  check(cudaGetLastError() == cudaErrorInvalidValue, "and cudaGetLastError says so");
+  check(cudaFree(live) == cudaSuccess, "the live allocation is still live");
+  std::free(on_heap);
+
+  std::size_t pitch = 0;
+  p = &failures;
+  check(cudaMallocPitch(&p, &pitch, SIZE_MAX, 1) == cudaErrorInvalidValue && p == nullptr,
+        "cudaMallocPitch(width SIZE_MAX)");
+  check(cudaMallocPitch(&p, &pitch, SIZE_MAX / 4, 8) == cudaErrorInvalidValue,
+        "cudaMallocPitch(width * height overflows)");
+  check(cudaGetLastError() == cudaErrorInvalidValue, "cudaMallocPitch's error is the last");
+  check(cudaMallocPitch(&p, nullptr, 64, 1) == cudaErrorInvalidValue, "cudaMallocPitch(NULL pitch)");
+  pitch = 7;
+  p = &failures;
+  check(cudaMallocPitch(&p, &pitch, 1000, 0) == cudaSuccess && p == nullptr && pitch == 0 &&
+            cudaMallocPitch(&p, &pitch, 0, 5) == cudaSuccess && p == nullptr && pitch == 0,
+        "cudaMallocPitch of an empty area: success, NULL, pitch 0");
+  cudaGetLastError();
+}
+
+// Driver entry points by every door: dlsym on libcuda, cuGetProcAddress (plain and
+// per-thread), cudaGetDriverEntryPoint.
+template <typename Fn>
+Fn driver_fn(const char* exported, const char* base, int door) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW);
+  if (door == 0) return lib ? reinterpret_cast<Fn>(dlsym(lib, exported)) : nullptr;
+  void* fn = nullptr;
+  if (door == 3) {
+    cudaDriverEntryPointQueryResult status{};
+    cudaGetDriverEntryPointByVersion(base, &fn, 12000, cudaEnableDefault, &status);
+    return reinterpret_cast<Fn>(fn);
+  }
+  auto get_proc = lib ? reinterpret_cast<CUresult (*)(const char*, void**, int, cuuint64_t,
+                                                      CUdriverProcAddressQueryResult*)>(
+                            dlsym(lib, "cuGetProcAddress_v2")) : nullptr;
+  CUdriverProcAddressQueryResult found{};
+  const cuuint64_t flags = door == 2 ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0;
+  if (get_proc) get_proc(base, &fn, 12000, flags, &found);
+  return reinterpret_cast<Fn>(fn);
+}
+
+void driver_null_and_bad_answers() {
+  const char* doors[] = {"dlsym", "cuGetProcAddress", "cuGetProcAddress per-thread",
+                         "cudaGetDriverEntryPoint"};
+  for (int door = 0; door < 4; ++door) {
+    const std::string by = std::string(" via ") + doors[door];
+    using FreeAsync = CUresult (*)(CUdeviceptr, CUstream);
+    auto free_async = driver_fn<FreeAsync>("cuMemFreeAsync", "cuMemFreeAsync", door);
+    check(free_async && free_async(0, nullptr) == CUDA_SUCCESS, ("cuMemFreeAsync(0)" + by).c_str());
+    auto free_ptsz = driver_fn<FreeAsync>("cuMemFreeAsync_ptsz", "cuMemFreeAsync", 2);
+    check(free_ptsz && free_ptsz(0, nullptr) == CUDA_SUCCESS, "cuMemFreeAsync_ptsz(0)");
+    auto mem_free = driver_fn<CUresult (*)(CUdeviceptr)>("cuMemFree_v2", "cuMemFree", door);
+    check(mem_free && mem_free(0) == CUDA_SUCCESS, ("cuMemFree(0)" + by).c_str());
+    int on_stack = 0;
+    check(mem_free && mem_free(reinterpret_cast<CUdeviceptr>(&on_stack)) == CUDA_ERROR_INVALID_VALUE,
+          ("cuMemFree(stack pointer)" + by).c_str());
+    auto alloc = driver_fn<CUresult (*)(CUdeviceptr*, std::size_t)>("cuMemAlloc_v2", "cuMemAlloc", door);
+    check(alloc && alloc(nullptr, 64) == CUDA_ERROR_INVALID_VALUE, ("cuMemAlloc(NULL)" + by).c_str());
+    CUdeviceptr d = 0;
+    check(alloc && alloc(&d, 0) == CUDA_ERROR_INVALID_VALUE, ("cuMemAlloc(0 bytes)" + by).c_str());
+    auto alloc_async = driver_fn<CUresult (*)(CUdeviceptr*, std::size_t, CUstream)>(
+        "cuMemAllocAsync", "cuMemAllocAsync", door);
+    check(alloc_async && alloc_async(nullptr, 64, nullptr) == CUDA_ERROR_INVALID_VALUE,
+          ("cuMemAllocAsync(NULL)" + by).c_str());
+    auto pitch_alloc = driver_fn<CUresult (*)(CUdeviceptr*, std::size_t*, std::size_t,
+                                              std::size_t, unsigned)>(
+        "cuMemAllocPitch_v2", "cuMemAllocPitch", door);
+    std::size_t pitch = 0;
+    check(pitch_alloc && pitch_alloc(&d, &pitch, SIZE_MAX, 1, 4) == CUDA_ERROR_INVALID_VALUE &&
+              pitch_alloc(&d, &pitch, SIZE_MAX / 4, 8, 4) == CUDA_ERROR_INVALID_VALUE &&
+              pitch_alloc(nullptr, &pitch, 64, 1, 4) == CUDA_ERROR_INVALID_VALUE &&
+              pitch_alloc(&d, nullptr, 64, 1, 4) == CUDA_ERROR_INVALID_VALUE &&
+              pitch_alloc(&d, &pitch, 0, 1, 4) == CUDA_ERROR_INVALID_VALUE &&
+              pitch_alloc(&d, &pitch, 64, 0, 4) == CUDA_ERROR_INVALID_VALUE,
+          ("cuMemAllocPitch overflow and NULL" + by).c_str());
+  }
+  check(cudaGetLastError() == g_quiet, "driver failures are not the runtime's last error");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "serve";
-  if (mode == "disabled") {
+  if (mode == "answers") {
+    null_and_bad_answers();
+    driver_null_and_bad_answers();
+    auto validate = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "cudalloc_validate"));
+    check(validate && validate(-1) == 0, "invariants hold");
+  } else if (mode == "fork") {
+    const int failed = cudalloc::testing::fork_while_allocating(
+        30, [](void** p, std::size_t n) { return cudaMalloc(p, n) == cudaSuccess; },
+        [](void* p) { return cudaFree(p) == cudaSuccess; });
+    check(failed == 0, "every child forked while threads allocate can allocate");
+  } else if (mode == "disabled") {
     void* p = nullptr;
     check(cudaMalloc(&p, 1000) != cudaSuccess, "disabled: cudaMalloc reaches the real runtime");
     void* lib = dlopen("libcuda.so.1", RTLD_NOW);

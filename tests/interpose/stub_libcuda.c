@@ -12,6 +12,17 @@ int cuInit(unsigned flags) { (void)flags; return NO_DEVICE; }
 int cuDriverGetVersion(int* version) { *version = 13000; return 0; }
 int cuMemAlloc_v2(unsigned long long* p, size_t n) { (void)p; (void)n; return NO_DEVICE; }
 int cuMemFree_v2(unsigned long long p) { (void)p; return NO_DEVICE; }
+/* The other entry points cudalloc hooks: dlsym answers with cudalloc's only for a symbol the
+ * real library has. */
+int cuMemAllocAsync(unsigned long long* p, size_t n, void* s) { (void)p; (void)n; (void)s; return NO_DEVICE; }
+int cuMemAllocAsync_ptsz(unsigned long long* p, size_t n, void* s) { return cuMemAllocAsync(p, n, s); }
+int cuMemFreeAsync(unsigned long long p, void* s) { (void)p; (void)s; return NO_DEVICE; }
+int cuMemFreeAsync_ptsz(unsigned long long p, void* s) { return cuMemFreeAsync(p, s); }
+int cuMemAllocPitch_v2(unsigned long long* p, size_t* pitch, size_t w, size_t h, unsigned e) {
+  (void)p; (void)pitch; (void)w; (void)h; (void)e;
+  return NO_DEVICE;
+}
+int cuMemGetInfo_v2(size_t* f, size_t* t) { (void)f; (void)t; return NO_DEVICE; }
 int cuGetErrorName(int e, const char** s) { (void)e; *s = "CUDA_ERROR_NO_DEVICE"; return 0; }
 
 static void* lookup(const char* symbol) {
@@ -19,6 +30,10 @@ static void* lookup(const char* symbol) {
   if (strcmp(symbol, "cuDriverGetVersion") == 0) return (void*)&cuDriverGetVersion;
   if (strcmp(symbol, "cuMemAlloc") == 0) return (void*)&cuMemAlloc_v2;
   if (strcmp(symbol, "cuMemFree") == 0) return (void*)&cuMemFree_v2;
+  if (strcmp(symbol, "cuMemAllocAsync") == 0) return (void*)&cuMemAllocAsync;
+  if (strcmp(symbol, "cuMemFreeAsync") == 0) return (void*)&cuMemFreeAsync;
+  if (strcmp(symbol, "cuMemAllocPitch") == 0) return (void*)&cuMemAllocPitch_v2;
+  if (strcmp(symbol, "cuMemGetInfo") == 0) return (void*)&cuMemGetInfo_v2;
   if (strcmp(symbol, "cuGetErrorName") == 0) return (void*)&cuGetErrorName;
   return NULL;
 }

@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstring>
 
 #include "device/fake_device.h"
@@ -108,4 +111,47 @@ TEST_CASE("fake device spec parsing", "[fake]") {
   CHECK_FALSE(parse_fake_spec(":1G:0", &o));
   CHECK_FALSE(parse_fake_spec(":lots", &o));
   CHECK_FALSE(parse_fake_spec("x", &o));
+}
+
+TEST_CASE("a child of fork() gets its own copy of the simulated memory", "[fake][vmm][fork]") {
+  FakeDevice dev;
+  const std::size_t g = dev.granularity(0);
+  std::uintptr_t va = 0;
+  REQUIRE(dev.reserve(0, 4 * g, &va) == Status::ok);
+  PhysicalHandle h = 0;
+  REQUIRE(dev.create_physical(0, 2 * g, Location::device, &h) == Status::ok);
+  REQUIRE(dev.map(va, 2 * g, h, 0) == Status::ok);
+  REQUIRE(dev.map(va + 2 * g, g, h, g) == Status::ok);  // the second page, again
+  REQUIRE(dev.set_access(0, va, 3 * g) == Status::ok);
+  auto* bytes = reinterpret_cast<unsigned char*>(va);
+  std::memset(bytes, 7, 2 * g);
+
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // Aliases still alias in the child; its writes, unmaps and frees are its own.
+    bool ok = bytes[2 * g] == 7;
+    bytes[g] = 1;
+    ok = ok && bytes[2 * g] == 1;
+    std::memset(bytes, 9, g);
+    ok = ok && dev.unmap(va, 2 * g) == Status::ok && dev.unmap(va + 2 * g, g) == Status::ok &&
+         dev.release_physical(h) == Status::ok && dev.used_bytes(0) == 0;
+    _exit(ok ? 0 : 1);
+  }
+  int status = -1;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  // The child's writes and its free (which punches the pages out of its memory file) left the
+  // parent's bytes alone.
+  CHECK(bytes[0] == 7);
+  CHECK(bytes[g] == 7);
+  CHECK(bytes[2 * g - 1] == 7);
+  CHECK(bytes[2 * g] == 7);
+  bytes[g + 1] = 3;
+  CHECK(bytes[2 * g + 1] == 3);  // and the parent's aliases still alias
+  REQUIRE(dev.unmap(va, 2 * g) == Status::ok);
+  REQUIRE(dev.unmap(va + 2 * g, g) == Status::ok);
+  REQUIRE(dev.release_physical(h) == Status::ok);
+  CHECK(dev.unreserve(va, 4 * g) == Status::ok);
 }

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "api/options.h"
+#include "api/runtime.h"
 
 using namespace cudalloc;
 
@@ -53,4 +54,46 @@ TEST_CASE("the options reference lists every key with its default", "[options]")
   const std::string md = options_markdown();
   for (const Option& o : options()) CHECK(md.find(std::string("`") + o.key + "`") != std::string::npos);
   CHECK(md.find("| `limit` | bytes | `0` |") != std::string::npos);
+}
+
+TEST_CASE("huge user text is echoed truncated in warnings", "[options]") {
+  const std::string huge_key(1 << 20, 'k');
+  Settings s;
+  for (const std::string& conf : {huge_key + ":1", "limit:" + huge_key, huge_key}) {
+    const auto warnings = parse_conf(conf, &s);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].size() < 400);
+    CHECK(warnings[0].find(std::string(64, 'k') + "... (") != std::string::npos);
+  }
+  CHECK(echo("short") == "short");
+  CHECK(echo(std::string(64, 'x')) == std::string(64, 'x'));
+  CHECK(echo(std::string(65, 'x')) == std::string(64, 'x') + "... (65 bytes)");
+}
+
+TEST_CASE("booleans: only 1/true/yes/on are true", "[options]") {
+  for (const char* yes : {"1", "true", "TRUE", "yes", "on", " On "}) {
+    bool v = false;
+    CHECK((parse_bool(yes, &v) && v));
+  }
+  for (const char* no : {"0", "false", "no", "off", "OFF"}) {
+    bool v = true;
+    CHECK((parse_bool(no, &v) && !v));
+  }
+  bool v = false;
+  CHECK_FALSE(parse_bool("maybe", &v));
+  CHECK_FALSE(parse_bool("", &v));
+}
+
+TEST_CASE("a CUDALLOC_DEVICE that names no device layer is warned about", "[options]") {
+  for (const char* fine : {"cuda", "CUDA", "fake", "fake:1G", "fake:1G:2", ""}) {
+    CHECK(device_choice_warning(fine).empty());
+  }
+  CHECK(device_choice_warning(nullptr).empty());
+  for (const char* garbage : {"banana", "gpu", "cpu:1G", " fake"}) {
+    INFO(garbage);
+    const std::string w = device_choice_warning(garbage);
+    CHECK(w.find(std::string("CUDALLOC_DEVICE='") + garbage + "'") != std::string::npos);
+    CHECK(w.find("using the default (cuda)") != std::string::npos);
+  }
+  CHECK(device_choice_warning(std::string(100000, 'z').c_str()).size() < 300);
 }
