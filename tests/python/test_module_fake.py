@@ -25,7 +25,7 @@ import cudalloc  # noqa: E402
 
 MIB = 1 << 20
 # cudalloc_error_t values (cudalloc.h).
-INVALID_VALUE, MEMORY_ALLOCATION, INVALID_DEVICE_POINTER = 1, 2, 17
+INVALID_VALUE, MEMORY_ALLOCATION, INVALID_DEVICE_POINTER, INVALID_DEVICE = 1, 2, 17, 101
 
 
 def lib():
@@ -220,8 +220,8 @@ class ErrorsTest(unittest.TestCase):
         for call in (lambda: cudalloc.stats(7), lambda: cudalloc.validate(7),
                      lambda: cudalloc.empty_cache(7), lambda: cudalloc.set_memory_limit(1, 7),
                      lambda: cudalloc.memory_summary(7), lambda: cudalloc.reset_peak_stats(7)):
-            # The library reports an ordinal it does not have as an invalid value.
-            self.assert_error(call, INVALID_VALUE, ["device 7 does not exist"])
+            # The library reports an ordinal it does not have as an invalid device (101).
+            self.assert_error(call, INVALID_DEVICE, ["device 7 does not exist"])
 
     def test_negative_limit(self):
         with self.assertRaises(ValueError):
@@ -257,7 +257,7 @@ class ErrorsTest(unittest.TestCase):
                           INVALID_VALUE, ["cudalloc_snapshot"])
 
     def test_error_text_is_the_last_error(self):
-        e = self.assert_error(lambda: cudalloc.validate(9), INVALID_VALUE, [])
+        e = self.assert_error(lambda: cudalloc.validate(9), INVALID_DEVICE, [])
         self.assertIn(lib().cudalloc_last_error_string().decode(), str(e))
 
     def test_enable_without_torch_is_an_import_error(self):

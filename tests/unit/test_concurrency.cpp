@@ -42,19 +42,17 @@ TEST_CASE("threads on many streams keep every invariant", "[concurrency][stress]
   };
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) threads.emplace_back(worker, t);
-  // Meanwhile: release the cache and check every invariant from another thread.
-  int checks = 0;
-  while (running > 0) {
+  // Meanwhile: release the cache and check every invariant from another thread (at least
+  // once, however the threads are scheduled: how often they overlap is not asserted).
+  do {
     REQUIRE(h.alloc->empty_cache() == Error::ok);
     const std::string problem = h.alloc->validate();
     INFO(problem);
     REQUIRE(problem.empty());
-    ++checks;
     std::this_thread::yield();
-  }
+  } while (running > 0);
   for (auto& t : threads) t.join();
   CHECK_FALSE(failed);
-  CHECK(checks > 0);
   h.check();
   CHECK(h.stats().allocated_count.current == 0);
   REQUIRE(h.alloc->empty_cache() == Error::ok);

@@ -37,7 +37,7 @@ TEST_CASE("LiveMap agrees with std::map under random churn", "[live_map]") {
 TEST_CASE("LiveMap never finds key 0 (the empty-slot marker, a NULL pointer)", "[live_map]") {
   LiveMap map;
   CHECK(map.find(0) == nullptr);  // an empty table: every slot has key 0
-  map.insert(LiveEntry{256, 0, 1});
+  map.insert(LiveEntry{256, Owner{}, 1});
   CHECK(map.find(0) == nullptr);
   const LiveMap& constant = map;
   CHECK(constant.find(0) == nullptr);
