@@ -103,6 +103,7 @@ void DeferredFrees::fence() {
   if (unfenced_.empty()) return;
   // Everything queued so far finishes; if the device cannot say so, nothing completes.
   if (!sync_.synchronize_device()) return;
+  ledger_.fence();
   std::vector<PendingFree> done;
   done.swap(unfenced_);
   unfenced_bytes_ = 0;

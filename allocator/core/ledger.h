@@ -80,6 +80,7 @@ class Ledger {
   void pending_free() { stats_.pending_frees.count(); }
   void page_wait() { stats_.page_waits.count(); }
   void spill() { stats_.spills.count(); }
+  void fence() { stats_.fences.count(); }
   void pages_moved(device::Location to, std::size_t pages);
 
   bool tracing() const { return trace_.enabled(); }

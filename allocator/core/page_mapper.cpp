@@ -111,9 +111,16 @@ void PageMapper::drop_user(Page& page) {
 
 Error PageMapper::claim(Page& page, const Request& request) {
   PhysicalPage* phys = page.phys;
-  if (phys != nullptr && phys->owner == nullptr && phys->host && !request.spilling()) {
+  const bool idle_here = phys != nullptr && phys->owner == nullptr;
+  // cache_only: only a page whose idle physical page is still mapped here, with access, serves
+  // (no driver call); anything else is a miss the caller answers with a fence.
+  if (!request.may_grow() &&
+      !(idle_here && page.accessible && (!phys->host || request.spilling()))) {
+    return Error::out_of_memory;
+  }
+  if (idle_here && phys->host && !request.spilling()) {
     if (const Error err = replace_host_page(page, request, &phys); err != Error::ok) return err;
-  } else if (phys != nullptr && phys->owner == nullptr) {
+  } else if (idle_here) {
     if (!page.accessible) {  // a mapping whose access grant failed earlier
       if (const Error err = grant(page); err != Error::ok) return err;
     }

@@ -9,8 +9,9 @@
 
 namespace cudalloc {
 
-// Whether a request may take new device memory or must be served from what is cached (the
-// first try while device-ordered frees wait for a fence).
+// Whether a request may take new device memory or must be served from what is cached without
+// any driver call (the first try while device-ordered frees wait for a fence: in paged mode
+// only pages still mapped where they are needed serve, so that the try never remaps).
 enum class Growth { may_grow, cache_only };
 
 // Which memory serves the request:

@@ -25,6 +25,8 @@
 //   host_active    host memory under allocations (pages or blocks in use)
 //   spills         allocations served (partly) from host memory for lack of device room
 //   page_offloads / page_prefetches  pages of live allocations moved to host / device memory
+// Device-ordered frees (cudaFree under LD_PRELOAD):
+//   fences         device synchronizations that made device-ordered frees reusable
 #pragma once
 
 #define CUDALLOC_STAT_FIELDS(X)                                                        \
@@ -54,4 +56,5 @@
   X(host_active_bytes, "host memory under allocations")                                \
   X(spills, "allocations served from host memory for lack of device room")            \
   X(page_offloads, "pages of live allocations moved to host memory")                   \
-  X(page_prefetches, "pages of live allocations moved to device memory")
+  X(page_prefetches, "pages of live allocations moved to device memory")                 \
+  X(fences, "device synchronizations that made device-ordered frees reusable")

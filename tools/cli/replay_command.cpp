@@ -100,6 +100,7 @@ json policy_json(const replay::PolicyResult& p, std::uint64_t peak_live) {
     j["late_page_maps"] = p.late_page_maps;
     j["late_page_unmaps"] = p.late_page_unmaps;
     j["page_waits"] = p.page_waits;
+    j["fences"] = p.fences;
   }
   if (!p.problem.empty()) j["invariant_violation"] = p.problem;
   return j;
@@ -163,6 +164,7 @@ int replay_one(const ReplayArgs& args, const Settings& settings, const std::stri
       sum.late_page_maps += r.late_page_maps;
       sum.late_page_unmaps += r.late_page_unmaps;
       sum.page_waits += r.page_waits;
+      sum.fences += r.fences;
       sum.policy = r.policy;
       if (sum.problem.empty()) sum.problem = r.problem;
       ns += r.replay_ns_per_event * n;

@@ -71,6 +71,7 @@ PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint6
   r.page_maps = static_cast<std::uint64_t>(s.page_maps.total);
   r.page_unmaps = static_cast<std::uint64_t>(s.page_unmaps.total);
   r.page_waits = static_cast<std::uint64_t>(s.page_waits.total);
+  r.fences = static_cast<std::uint64_t>(s.fences.total);
   r.late_page_maps = r.page_maps - static_cast<std::uint64_t>(half.page_maps.total);
   r.late_page_unmaps = r.page_unmaps - static_cast<std::uint64_t>(half.page_unmaps.total);
   r.peak_reserved_bytes = static_cast<std::uint64_t>(s.reserved_bytes.peak);

@@ -24,6 +24,7 @@ struct PolicyResult {
   std::uint64_t late_page_maps = 0;
   std::uint64_t late_page_unmaps = 0;
   std::uint64_t page_waits = 0;
+  std::uint64_t fences = 0;  // device synchronizations for device-ordered frees
   double replay_ns_per_event = 0;     // allocator time only
   std::string problem;                // an invariant violation found after the replay
 };
