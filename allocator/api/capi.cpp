@@ -56,6 +56,8 @@ cudalloc_error_t check_device(int device) noexcept {
   if (device == -1) return CUDALLOC_SUCCESS;
   int count = 0;
   try {
+    // A device already in use is valid: no driver query on the cached path.
+    if (process_allocator().initialised(device)) return CUDALLOC_SUCCESS;
     count = process_allocator().device_count();
   } catch (...) {
     return to_code(fail(Error::internal, "the allocator could not be created"));

@@ -28,6 +28,11 @@ class Allocator {
     }
     return create_device(dev, err);
   }
+  // Whether device `dev` has its allocator already (one atomic load: the cached path).
+  bool initialised(int dev) const {
+    return dev >= 0 && dev < kMaxDevices &&
+           devices_[dev].load(std::memory_order_acquire) != nullptr;
+  }
   // The initialised device that has `ptr` live, or nullptr.
   DeviceAllocator* owner_of(const void* ptr);
   // Frees `ptr` on whichever initialised device has it live, looking it up once per device

@@ -211,8 +211,10 @@ Error DeviceAllocator::deallocate(void* ptr, FreeOrder order) {
     ledger_.free_requested(addr, e.owner.rounded_size(), e.requested, e.owner.stream());
     if (order == FreeOrder::device) {
       deferred_.free_in_device_order(e);
-    } else {
+    } else if (e.owner.has_stream_uses()) {
       deferred_.free_in_stream_order(e);
+    } else {
+      complete_free(e.owner, addr);  // the cached path: reusable at once in stream order
     }
     if (settings_.promote > 0 && paged() && ledger_.stats().host_active_bytes.current > 0) {
       migrator_.maybe_promote();

@@ -55,23 +55,6 @@ std::uintptr_t PageMapper::address_of(const Page& page) const {
   return seg.base + static_cast<std::size_t>(&page - seg.pages.data()) * page_size_;
 }
 
-Error PageMapper::use(Segment& seg, std::uintptr_t addr, std::size_t size,
-                      const Request& request) {
-  const std::size_t created = physical_.count();
-  const auto [first, last] = seg.pages_under(addr, size, page_size_);
-  for (std::size_t i = first; i <= last; ++i) {
-    Page& page = seg.pages[i];
-    if (page.users == 0) {
-      if (const Error err = claim(page, request); err != Error::ok) {
-        undo_use(seg, first, i, created);
-        return err;
-      }
-    }
-    ++page.users;
-  }
-  return Error::ok;
-}
-
 void PageMapper::undo_use(Segment& seg, std::size_t first, std::size_t end,
                           std::size_t created) {
   for (std::size_t j = first; j < end; ++j) drop_user(seg.pages[j]);
@@ -93,20 +76,6 @@ void PageMapper::undo_use(Segment& seg, std::size_t first, std::size_t end,
     }
     if (unmapped) physical_.release(phys);
   }
-}
-
-void PageMapper::unuse(Segment& seg, std::uintptr_t addr, std::size_t size) {
-  const auto [first, last] = seg.pages_under(addr, size, page_size_);
-  for (std::size_t i = first; i <= last; ++i) drop_user(seg.pages[i]);
-}
-
-void PageMapper::drop_user(Page& page) {
-  if (--page.users != 0) return;
-  page.idle_since = physical_.tick();
-  PhysicalPage& phys = *page.phys;
-  physical_.clear_owner(phys);
-  phys.last_pool = page.segment->pool;
-  physical_.make_idle(phys);
 }
 
 Error PageMapper::claim(Page& page, const Request& request) {
@@ -140,13 +109,12 @@ Error PageMapper::claim(Page& page, const Request& request) {
       return err;
     }
   }
-  StreamPool* pool = page.segment->pool;
-  if (phys->last_pool != nullptr && phys->last_pool != pool) {
-    sync_.order_after(phys->last_pool->stream, pool->stream);
-  }
-  physical_.set_owner(*phys, &page);
-  phys->last_pool = pool;
+  adopt(page, *phys);
   return Error::ok;
+}
+
+void PageMapper::order_reuse(const StreamPool& last, const StreamPool& next) {
+  sync_.order_after(last.stream, next.stream);
 }
 
 Error PageMapper::replace_host_page(Page& page, const Request& request, PhysicalPage** out) {

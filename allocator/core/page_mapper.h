@@ -65,10 +65,28 @@ class PageMapper {
   // Adds the block [addr, addr + size) as a user of its pages; each page that gains its first
   // user gets a physical page it owns. On failure no page gains a user, and the physical pages
   // this call created are returned to the driver (reserved memory is as before).
-  Error use(Segment& seg, std::uintptr_t addr, std::size_t size, const Request& request);
+  // (Inline with claim_in_place: the path of every allocation in paged segments.)
+  Error use(Segment& seg, std::uintptr_t addr, std::size_t size, const Request& request) {
+    const std::size_t created = physical_.count();
+    const auto [first, last] = seg.pages_under(addr, size, page_size_);
+    for (std::size_t i = first; i <= last; ++i) {
+      Page& page = seg.pages[i];
+      if (page.users == 0 && !claim_in_place(page)) {
+        if (const Error err = claim(page, request); err != Error::ok) {
+          undo_use(seg, first, i, created);
+          return err;
+        }
+      }
+      ++page.users;
+    }
+    return Error::ok;
+  }
   // Removes one user from each page of [addr, addr + size); physical pages left without an
   // owner become idle.
-  void unuse(Segment& seg, std::uintptr_t addr, std::size_t size);
+  void unuse(Segment& seg, std::uintptr_t addr, std::size_t size) {
+    const auto [first, last] = seg.pages_under(addr, size, page_size_);
+    for (std::size_t i = first; i <= last; ++i) drop_user(seg.pages[i]);
+  }
 
   std::uintptr_t address_of(const Page& page) const;
   // Maps `phys` at `page` without the access grant (the caller grants it, maybe for many
@@ -96,7 +114,32 @@ class PageMapper {
   void forget_pools() { wide_pool_ = nullptr; }
 
  private:
-  void drop_user(Page& page);
+  // (Inline: on the path of every free in paged segments.)
+  void drop_user(Page& page) {
+    if (--page.users != 0) return;
+    page.idle_since = physical_.tick();
+    PhysicalPage& phys = *page.phys;
+    physical_.clear_owner(phys);
+    phys.last_pool = page.segment->pool;
+    physical_.make_idle(phys);
+  }
+  // The common claim: the page's own idle device page is still mapped here with access; no
+  // driver call. False when anything else is needed (claim() does it).
+  bool claim_in_place(Page& page) {
+    PhysicalPage* phys = page.phys;
+    if (phys == nullptr || phys->owner != nullptr || !page.accessible || phys->host) return false;
+    physical_.take_idle(*phys);
+    adopt(page, *phys);
+    return true;
+  }
+  // `page` takes `phys` as its own; another stream's last use of it is ordered first.
+  void adopt(Page& page, PhysicalPage& phys) {
+    StreamPool* pool = page.segment->pool;
+    if (phys.last_pool != nullptr && phys.last_pool != pool) order_reuse(*phys.last_pool, *pool);
+    physical_.set_owner(phys, &page);
+    phys.last_pool = pool;
+  }
+  void order_reuse(const StreamPool& last, const StreamPool& next);
   Error claim(Page& page, const Request& request);
   // Gives `page`, mapped to an idle host page, device memory instead (not while spilling).
   Error replace_host_page(Page& page, const Request& request, PhysicalPage** out);

@@ -129,46 +129,6 @@ void PhysicalPages::probe_host() {
   if (create(Location::host, &probe) == Error::ok) make_idle(*probe);
 }
 
-void PhysicalPages::make_idle(PhysicalPage& phys) {
-  IdleList& list = idle_of(phys);
-  phys.idle_since = tick();
-  phys.idle_next = nullptr;
-  phys.idle_prev = list.tail;
-  if (list.tail != nullptr) {
-    list.tail->idle_next = &phys;
-  } else {
-    list.head = &phys;
-  }
-  list.tail = &phys;
-  ++list.count;
-}
-
-void PhysicalPages::take_idle(PhysicalPage& phys) {
-  IdleList& list = idle_of(phys);
-  if (phys.idle_prev != nullptr) {
-    phys.idle_prev->idle_next = phys.idle_next;
-  } else {
-    list.head = phys.idle_next;
-  }
-  if (phys.idle_next != nullptr) {
-    phys.idle_next->idle_prev = phys.idle_prev;
-  } else {
-    list.tail = phys.idle_prev;
-  }
-  phys.idle_prev = phys.idle_next = nullptr;
-  --list.count;
-}
-
-void PhysicalPages::set_owner(PhysicalPage& phys, Page* page) {
-  phys.owner = page;
-  if (phys.host) ledger_.host_in_use(page_size_);
-}
-
-void PhysicalPages::clear_owner(PhysicalPage& phys) {
-  phys.owner = nullptr;
-  if (phys.host) ledger_.host_unused(page_size_);
-}
-
 void PhysicalPages::drop_all() {
   for (PhysicalPage* phys : pages_) {
     if (phys->home != 0) device_.unmap(phys->home, page_size_);

@@ -65,10 +65,32 @@ class PhysicalPages {
   // Makes sure the driver's answer to host-located pages is known (the first spill).
   void probe_host();
 
-  void make_idle(PhysicalPage& phys);
-  void take_idle(PhysicalPage& phys);
-  void set_owner(PhysicalPage& phys, Page* page);
-  void clear_owner(PhysicalPage& phys);
+  // (Inline, with the list and ownership changes below: they are on the path of every
+  // allocation and free in paged segments.)
+  void make_idle(PhysicalPage& phys) {
+    IdleList& list = idle_of(phys);
+    phys.idle_since = tick();
+    phys.idle_next = nullptr;
+    phys.idle_prev = list.tail;
+    (list.tail != nullptr ? list.tail->idle_next : list.head) = &phys;
+    list.tail = &phys;
+    ++list.count;
+  }
+  void take_idle(PhysicalPage& phys) {
+    IdleList& list = idle_of(phys);
+    (phys.idle_prev != nullptr ? phys.idle_prev->idle_next : list.head) = phys.idle_next;
+    (phys.idle_next != nullptr ? phys.idle_next->idle_prev : list.tail) = phys.idle_prev;
+    phys.idle_prev = phys.idle_next = nullptr;
+    --list.count;
+  }
+  void set_owner(PhysicalPage& phys, Page* page) {
+    phys.owner = page;
+    if (phys.host) ledger_.host_in_use(page_size_);
+  }
+  void clear_owner(PhysicalPage& phys) {
+    phys.owner = nullptr;
+    if (phys.host) ledger_.host_unused(page_size_);
+  }
 
   std::uint64_t epoch() const { return epoch_; }
   std::uint64_t tick() { return ++epoch_; }
