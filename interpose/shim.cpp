@@ -43,7 +43,22 @@ Inside::~Inside() {
 }
 bool Inside::active() { return t_inside; }
 
+// Every stream of the program is seen being created only where its CUDA runtime is a shared
+// library this one interposes (cudaStreamCreate* reach the hooks). A runtime linked
+// statically into the program (nvcc's default) creates streams out of sight: then
+// device-ordered frees wait for a device synchronization (core/deferred_frees.h). Decided at
+// the first allocator call, when a runtime the program loads with dlopen is there too.
+StreamVisibility stream_visibility() {
+  return real_runtime("cudaStreamCreate") != nullptr ? StreamVisibility::all_seen
+                                                     : StreamVisibility::unseen_possible;
+}
+
 Allocator* allocator() {
+  static const bool decided = [] {
+    set_stream_visibility(stream_visibility());
+    return true;
+  }();
+  (void)decided;
   try {
     return &process_allocator();
   } catch (...) {

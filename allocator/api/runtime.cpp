@@ -17,6 +17,7 @@ namespace {
 std::atomic<Allocator*> g_created{nullptr};
 std::string g_conf;
 std::atomic<OutOfMemoryHook> g_oom_hook{nullptr};
+std::atomic<StreamVisibility> g_visibility{StreamVisibility::unseen_possible};
 
 // fork() while another thread holds an allocator lock would leave the child's copy locked
 // forever: every lock is taken around fork and released in both processes. Registered once
@@ -40,6 +41,7 @@ Allocator* make_process_allocator() {
     g_conf = conf;
     for (const std::string& warning : parse_conf(conf, &settings)) log().warn("{}", warning);
   }
+  settings.streams = g_visibility.load();
   device::Device& device = device::process_device();
   log().debug("using the {} device layer, {} device(s)", device.name(), device.device_count());
   auto* allocator = new Allocator(device, settings);
@@ -67,6 +69,8 @@ Allocator& process_allocator() {
 Allocator* process_allocator_if_created() { return g_created.load(std::memory_order_acquire); }
 
 const std::string& process_conf() { return g_conf; }
+
+void set_stream_visibility(StreamVisibility visibility) { g_visibility.store(visibility); }
 
 void set_out_of_memory_hook(OutOfMemoryHook hook) { g_oom_hook.store(hook); }
 

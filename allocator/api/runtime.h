@@ -17,6 +17,10 @@ Allocator* process_allocator_if_created();
 // The warning for a CUDALLOC_DEVICE value (may be NULL) that is neither "cuda" nor
 // "fake...", which then selects the default (CUDA) device; "" when there is nothing to say.
 std::string device_choice_warning(const char* choice);
+// What the process allocator may assume about streams (core/settings.h), before it is
+// created: the interposer sets all_seen where it can watch every stream's creation. Later
+// calls change nothing.
+void set_stream_visibility(StreamVisibility visibility);
 // The CUDALLOC_CONF text the allocator was configured from ("" if unset).
 const std::string& process_conf();
 

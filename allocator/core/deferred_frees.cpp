@@ -59,6 +59,11 @@ void DeferredFrees::free_in_stream_order(const LiveEntry& entry) {
 
 void DeferredFrees::free_in_device_order(const LiveEntry& entry) {
   stream_uses_.erase(entry.key);  // the fence covers every stream
+  if (streams_ == StreamVisibility::all_seen && fence_streams_.empty()) {
+    // Only the default streams exist: later work on them already runs after the free's.
+    pools_.complete_free(entry.owner.untagged(), entry.key);
+    return;
+  }
   PendingFree pending = make_pending(entry);
   unfenced_bytes_ += pending.owner.rounded_size();
   if (!pending.owner.is_slab()) pending.owner.block()->state = Block::State::pending;
@@ -101,14 +106,46 @@ void DeferredFrees::poll(Wait wait) {
 
 void DeferredFrees::fence() {
   if (unfenced_.empty()) return;
+  if (fence_synchronizes()) {
+    complete_after_device_sync();
+    return;
+  }
+  if (!fence_streams_.empty()) {
+    std::vector<StreamHandle> waiters = fence_streams_;
+    waiters.push_back(0);
+    if (!sync_.fence(fence_streams_, waiters)) return;  // nothing is ordered: keep waiting
+  }
+  complete_unfenced();
+}
+
+void DeferredFrees::complete_after_device_sync() {
+  if (unfenced_.empty()) return;
   // Everything queued so far finishes; if the device cannot say so, nothing completes.
   if (!sync_.synchronize_device()) return;
+  complete_unfenced();
+}
+
+void DeferredFrees::complete_unfenced() {
   ledger_.fence();
   std::vector<PendingFree> done;
   done.swap(unfenced_);
   unfenced_bytes_ = 0;
   for (PendingFree& p : done) pools_.complete_free(p.owner, p.addr);
 }
+
+void DeferredFrees::register_stream(StreamHandle stream) {
+  if (streams_ != StreamVisibility::all_seen ||
+      std::find(fence_streams_.begin(), fence_streams_.end(), stream) != fence_streams_.end()) {
+    return;
+  }
+  // Memory already reused may have been freed while older work still used it: the new
+  // stream starts after all of that work.
+  const StreamHandle waiters[] = {stream};
+  sync_.fence(fence_streams_, waiters);
+  fence_streams_.push_back(stream);
+}
+
+void DeferredFrees::unregister_stream(StreamHandle stream) { std::erase(fence_streams_, stream); }
 
 void DeferredFrees::forget() {
   pending_.clear();

@@ -7,14 +7,22 @@
 //             have completed. poll() checks at the start of each allocation while frees are
 //             pending; poll(Wait::block) waits (OOM path, empty_cache).
 //   unfenced  device order (cudaFree's guarantee): work queued on any stream before the free
-//             may still use the memory, also on streams cudalloc never saw created (a
-//             statically linked runtime creates them out of sight, and so do libraries such
-//             as NCCL). An event on the legacy default stream orders only blocking streams;
-//             for non-blocking ones nothing short of a synchronization of the whole device
-//             proves the work done. So fence() synchronizes the device once for every free
-//             waiting, and the facade calls it only when an allocation would otherwise take
-//             new memory and the waiting frees hold more than a slack: one synchronization
-//             serves many frees, where cudaFree itself synchronizes at every call.
+//             may still use the memory. How that is proved depends on what can be seen
+//             (Settings::streams):
+//             all_seen         every stream is created through an interposed call (a
+//                              dynamically linked runtime): while none but the default
+//                              streams exist the memory is reusable at once (the legacy
+//                              default stream orders against every blocking stream);
+//                              otherwise fence() makes every known stream and the legacy
+//                              one wait on the GPU for each other's work (StreamSync::fence),
+//                              with no host wait, and a new stream waits for all older work.
+//             unseen_possible  a statically linked runtime creates streams out of sight, and
+//                              an event on the legacy default stream does not order
+//                              non-blocking streams: nothing short of a synchronization of
+//                              the whole device proves the work done. fence() synchronizes
+//                              once for every free waiting; the facade calls it when the
+//                              waiting frees exceed a slack, so one synchronization serves
+//                              many frees, where cudaFree itself synchronizes at every call.
 // A free whose events cannot be recorded or queried waits for a successful device
 // synchronization instead; until one succeeds the memory stays out of use.
 //
@@ -27,6 +35,7 @@
 
 #include "core/ledger.h"
 #include "core/live_map.h"
+#include "core/settings.h"
 #include "core/stream_sync.h"
 
 namespace cudalloc {
@@ -52,8 +61,9 @@ struct PendingFree {
 
 class DeferredFrees {
  public:
-  DeferredFrees(StreamSync& sync, Ledger& ledger, FreeCompletion& pools)
-      : sync_(sync), ledger_(ledger), pools_(pools) {}
+  DeferredFrees(StreamSync& sync, Ledger& ledger, FreeCompletion& pools,
+                StreamVisibility streams)
+      : sync_(sync), ledger_(ledger), pools_(pools), streams_(streams) {}
 
   // record_stream: the live allocation `entry` is used by work on `stream` too.
   void note_use(LiveEntry& entry, StreamHandle stream);
@@ -61,7 +71,8 @@ class DeferredFrees {
 
   // A free in stream order: complete at once unless other streams used the memory.
   void free_in_stream_order(const LiveEntry& entry);
-  // A free in device order: waits for the next fence.
+  // A free in device order: waits for the next fence (with all streams seen and none but the
+  // default ones, completes at once).
   void free_in_device_order(const LiveEntry& entry);
 
   bool has_pending() const { return !pending_.empty(); }
@@ -70,9 +81,20 @@ class DeferredFrees {
   std::size_t unfenced_bytes() const { return unfenced_bytes_; }
   // Completes every pending free whose events are done (Wait::block: waits for them).
   void poll(Wait wait);
-  // Completes every unfenced free after one device synchronization; nothing changes when
-  // the synchronization fails.
+  // Completes every unfenced free behind a fence (see above); nothing changes when nothing
+  // could be ordered.
   void fence();
+  // Completes every unfenced free after a device synchronization (OOM path, empty_cache).
+  void complete_after_device_sync();
+  // Whether fence() synchronizes the device (unseen streams possible): then it is worth
+  // calling only once enough frees wait.
+  bool fence_synchronizes() const { return streams_ == StreamVisibility::unseen_possible; }
+
+  // Streams created by the program (all_seen: the fence orders them; a new one waits for the
+  // work queued before it).
+  void register_stream(StreamHandle stream);
+  void unregister_stream(StreamHandle stream);
+  bool streams_registered() const { return !fence_streams_.empty(); }
 
   template <typename F>
   void for_each(F&& f) const {
@@ -92,8 +114,12 @@ class DeferredFrees {
   Ledger& ledger_;
   FreeCompletion& pools_;
   std::vector<PendingFree> pending_;
+  void complete_unfenced();
+
   std::vector<PendingFree> unfenced_;
   std::size_t unfenced_bytes_ = 0;
+  const StreamVisibility streams_;
+  std::vector<StreamHandle> fence_streams_;
   std::unordered_map<std::uintptr_t, std::vector<StreamHandle>> stream_uses_;
 };
 

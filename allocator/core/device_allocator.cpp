@@ -34,7 +34,7 @@ DeviceAllocator::DeviceAllocator(device::Device& device, int ordinal, const Sett
       slabs_(classes_, settings_, blocks_, ledger_, pools_),
       migrator_(device, ordinal, settings_, budget_, physical_, mapper_, staging_, sync_, ledger_,
                 pools_),
-      deferred_(sync_, ledger_, *this) {}
+      deferred_(sync_, ledger_, *this, settings.streams) {}
 
 DeviceAllocator::~DeviceAllocator() {
   // Only test code destroys allocators; the process-wide ones live until exit. Device memory
@@ -144,6 +144,8 @@ Error DeviceAllocator::allocate_locked(std::size_t size, StreamHandle stream,
 }
 
 bool DeviceAllocator::fence_due() const {
+  // A GPU-side fence costs no host wait: always. A synchronization only past the slack.
+  if (!deferred_.fence_synchronizes()) return true;
   const auto reserved = static_cast<std::size_t>(ledger_.stats().reserved_bytes.current);
   return deferred_.unfenced_bytes() >= std::max(kFenceSlack, reserved / 32);
 }
@@ -259,7 +261,7 @@ Error DeviceAllocator::empty_cache() {
 
 void DeviceAllocator::release_cached_memory() {
   deferred_.poll(Wait::block);
-  deferred_.fence();
+  deferred_.complete_after_device_sync();
   slabs_.release_empty();
   blocks_.release_free_segments(Segment::Kind::plain);
   blocks_.release_free_segments(Segment::Kind::pinned_host);
@@ -283,6 +285,7 @@ Error DeviceAllocator::set_memory_limit(std::size_t bytes) {
 void DeviceAllocator::register_stream(StreamHandle stream) {
   metadata_guard("register_stream", ordinal_, [&] {
     std::lock_guard lock(lock_);
+    deferred_.register_stream(stream);
     if (std::find(created_streams_.begin(), created_streams_.end(), stream) ==
         created_streams_.end()) {
       created_streams_.push_back(stream);
@@ -293,6 +296,7 @@ void DeviceAllocator::register_stream(StreamHandle stream) {
 void DeviceAllocator::unregister_stream(StreamHandle stream) {
   metadata_guard("unregister_stream", ordinal_, [&] {
     std::lock_guard lock(lock_);
+    deferred_.unregister_stream(stream);
     const auto it = std::find(created_streams_.begin(), created_streams_.end(), stream);
     if (it == created_streams_.end()) return;  // not one the program created
     created_streams_.erase(it);

@@ -73,20 +73,22 @@ class DeviceAllocator final : private FreeCompletion {
   //           streams are covered by record_stream)
   //   device  not reused by any work that could run before the work queued on the device
   //           before the free (cudaFree's guarantee), on any stream, seen or not. No device
-  //           call at the free: the memory waits until an allocation would otherwise need new
-  //           memory and the waiting frees exceed kFenceSlack (or 1/32 of reserved memory);
-  //           then one device synchronization completes all of them (DeferredFrees::fence).
+  //           call at the free. With every stream seen (Settings::streams), reusable at once
+  //           while only default streams exist, else behind a GPU-side fence when an
+  //           allocation would need new memory. Where streams may be unseen, the memory waits
+  //           until an allocation would need new memory and the waiting frees exceed
+  //           kFenceSlack (or 1/32 of reserved memory); then one device synchronization
+  //           completes all of them (DeferredFrees::fence).
   enum class FreeOrder { stream, device };
   static constexpr std::size_t kFenceSlack = std::size_t{32} << 20;
 
   // size 0 gives *ptr = nullptr and ok.
   Error allocate(std::size_t size, StreamHandle stream, void** ptr);
   Error deallocate(void* ptr, FreeOrder order = FreeOrder::stream);
-  // Streams the program created and will destroy (the interposer sees both). Nothing needs
-  // ordering at creation: device-ordered frees wait for a synchronization of the whole
-  // device, which covers every stream, seen or not. unregister_stream is called before the
-  // driver destroys the stream: its pool, once wholly free, is returned (address ranges and
-  // records) after the host waited for the stream.
+  // Streams the program created and will destroy (the interposer sees both). With every
+  // stream seen, a new stream is made to wait for all work queued so far, and fences order
+  // it. unregister_stream is called before the driver destroys the stream: its pool, once
+  // wholly free, is returned (address ranges and records) after the host waited for it.
   void register_stream(StreamHandle stream);
   void unregister_stream(StreamHandle stream);
   // Forgets everything after waiting for the device: every segment goes back to the driver

@@ -13,6 +13,12 @@ namespace cudalloc {
 // room for it after the cache is reclaimed: nowhere (out of memory), or host memory.
 enum class Offload { none, host };
 
+// Whether every stream of the program is seen being created (the interposer watches stream
+// creation in the runtime it can interpose). Device-ordered frees depend on it: where some
+// stream may be unseen (a statically linked runtime creates streams out of sight), only a
+// synchronization of the whole device proves the work queued before a free done.
+enum class StreamVisibility { unseen_possible, all_seen };
+
 struct Settings {
   // Cap on reserved device memory per device, in bytes; 0 means no cap.
   std::size_t limit = 0;
@@ -40,6 +46,8 @@ struct Settings {
   double promote = 0.0;
   // Empty slabs kept per size class and stream before they are returned to the block pool.
   std::size_t slab_keep = 1;
+  // Set by the interposer, not by CUDALLOC_CONF (see StreamVisibility). The safe default.
+  StreamVisibility streams = StreamVisibility::unseen_possible;
   // Run the invariant checker after every operation (slow; for debugging).
   bool validate = false;
   // Events kept per device in the trace ring buffer (0: no trace).

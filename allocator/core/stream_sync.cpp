@@ -83,6 +83,35 @@ Error StreamSync::wait_for(StreamHandle stream, bool* whole_device) {
               device_.last_failure());
 }
 
+bool StreamSync::fence(std::span<const StreamHandle> sources,
+                       std::span<const StreamHandle> waiters) {
+  // Gather, then scatter, through the legacy default stream: it waits for an event recorded
+  // now on every source (and is itself ordered after every blocking stream's earlier work);
+  // one event recorded on it after those waits then orders each waiter after all of them.
+  // 2 x streams calls, not streams squared: PyTorch alone registers dozens.
+  bool ordered = true;
+  for (std::size_t i = 0; ordered && i < sources.size(); ++i) {
+    if (sources[i] == 0) continue;
+    Event event;
+    // A wait takes the event's state when it is queued: the event can be recorded again.
+    ordered = record(sources[i], &event) &&
+              device_.stream_wait_event(ordinal_, 0, event.handle()) == device::Status::ok;
+  }
+  Event hub;
+  if (ordered) ordered = record(0, &hub);
+  for (std::size_t i = 0; ordered && i < waiters.size(); ++i) {
+    if (waiters[i] != 0) {
+      ordered = device_.stream_wait_event(ordinal_, waiters[i], hub.handle()) ==
+                device::Status::ok;
+    }
+  }
+  if (!ordered) {
+    log().debug("device {}: ordering streams failed; synchronizing", ordinal_);
+    ordered = synchronize_device();
+  }
+  return ordered;
+}
+
 bool StreamSync::synchronize_device() {
   return device_.synchronize(ordinal_) == device::Status::ok;
 }

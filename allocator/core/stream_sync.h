@@ -5,6 +5,9 @@
 //                far (memory moving from one stream to another)
 //   wait_for     host-side: the host waits for the work queued on one stream so far (before a
 //                page is unmapped or a live page moves)
+//   fence        GPU-side, many streams: every waiter waits for the work queued so far on the
+//                legacy default stream and on every source stream (device-ordered frees where
+//                every stream is known)
 // Each falls back to a synchronization of the whole device when an event cannot be created,
 // recorded or waited on (a destroyed stream, a device error), which orders everything; a
 // primitive reports failure only when that fails too, and then nothing is ordered.
@@ -13,6 +16,7 @@
 // out of scope. Not thread-safe: the device allocator's lock guards it.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "core/errors.h"
@@ -58,6 +62,7 @@ class StreamSync {
   void order_after(StreamHandle earlier, StreamHandle later);
   // On failure of the event path *whole_device (when given) is set: the device was waited for.
   Error wait_for(StreamHandle stream, bool* whole_device = nullptr);
+  bool fence(std::span<const StreamHandle> sources, std::span<const StreamHandle> waiters);
   // Waits for all work on the device; false on failure.
   bool synchronize_device();
   // Whether the work before `event` has completed: ok, not_ready (only without waiting), or

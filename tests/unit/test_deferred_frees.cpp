@@ -21,7 +21,8 @@ struct Completions final : FreeCompletion {
 };
 
 struct Frees {
-  Frees() : fake(manual_device()), sync(fake, 0), ledger(0), deferred(sync, ledger, done) {}
+  explicit Frees(StreamVisibility streams = StreamVisibility::unseen_possible)
+      : fake(manual_device()), sync(fake, 0), ledger(0), deferred(sync, ledger, done, streams) {}
   // Frees `a` in stream order after a use on kOther with work still queued there.
   void free_used_elsewhere(FakeAllocation& a) {
     deferred.note_use(a.entry, kOther);
@@ -185,6 +186,89 @@ TEST_CASE("deferred frees: a fence whose synchronization fails completes nothing
   f.deferred.fence();
   CHECK(f.done.addrs.size() == 1);
   CHECK_FALSE(f.deferred.has_unfenced());
+}
+
+TEST_CASE("deferred frees, all streams seen: device-ordered frees complete at once with no registered stream",
+          "[component][deferred_frees]") {
+  Frees f(StreamVisibility::all_seen);
+  FakeAllocation a(kOwn);
+  f.deferred.note_use(a.entry, kOther);
+  f.fake.enqueue_work(0, kOther);
+  f.deferred.free_in_device_order(a.entry);
+  CHECK(f.done.addrs.size() == 1);
+  CHECK_FALSE(f.done.owners[0].has_stream_uses());
+  CHECK_FALSE(f.deferred.has_unfenced());
+  CHECK_FALSE(f.deferred.has_stream_uses(a.entry.key));
+  CHECK(f.fake.calls(CallKind::event_record) == 0);
+}
+
+TEST_CASE("deferred frees, all streams seen: with a registered stream device-ordered frees wait for a fence",
+          "[component][deferred_frees]") {
+  Frees f(StreamVisibility::all_seen);
+  f.deferred.register_stream(kProgram);
+  REQUIRE(f.deferred.streams_registered());
+  FakeAllocation a(kOwn, 0x10000);
+  FakeAllocation b(kOwn, 0x20000);
+  f.fake.enqueue_work(0, kProgram);
+  f.deferred.free_in_device_order(a.entry);
+  f.deferred.free_in_device_order(b.entry);
+  CHECK(f.done.addrs.empty());
+  CHECK(f.deferred.has_unfenced());
+  CHECK(a.block.state == Block::State::pending);
+  CHECK(f.ledger.stats().pending_frees.current == 2);
+  f.deferred.poll(Wait::block);  // pending frees only
+  CHECK(f.done.addrs.empty());
+  const int waits_before = waits_between(f.fake, 0, kProgram);
+  f.deferred.fence();
+  CHECK(f.done.addrs == std::vector<std::uintptr_t>{0x10000, 0x20000});
+  CHECK_FALSE(f.deferred.has_unfenced());
+  CHECK(waits_between(f.fake, 0, kProgram) == waits_before + 1);  // gather
+  CHECK(waits_between(f.fake, kProgram, 0) == 2);  // at registration and at the fence
+  CHECK_FALSE(f.fake.stream_idle(0, kProgram));    // the host never waited
+  CHECK(f.fake.calls(CallKind::synchronize) == 0);
+}
+
+TEST_CASE("deferred frees, all streams seen: a fence that orders nothing completes nothing",
+          "[component][deferred_frees]") {
+  Frees f(StreamVisibility::all_seen);
+  f.deferred.register_stream(kProgram);
+  FakeAllocation a(kOwn);
+  f.deferred.free_in_device_order(a.entry);
+  f.fake.fail_call(CallKind::stream_wait_event, 1, Status::device_error);
+  f.fake.fail_call(CallKind::synchronize, 1, Status::device_error, 2);
+  f.deferred.fence();
+  CHECK(f.done.addrs.empty());
+  CHECK(f.deferred.has_unfenced());
+  f.deferred.complete_after_device_sync();  // the second failure
+  CHECK(f.done.addrs.empty());
+  f.deferred.complete_after_device_sync();
+  CHECK(f.done.addrs.size() == 1);
+  CHECK_FALSE(f.deferred.has_unfenced());
+}
+
+TEST_CASE("deferred frees, all streams seen: a new stream waits for all older work", "[component][deferred_frees]") {
+  Frees f(StreamVisibility::all_seen);
+  constexpr StreamHandle kSecond = 0x40;
+  f.fake.enqueue_work(0, 0);
+  f.deferred.register_stream(kProgram);
+  CHECK(waits_between(f.fake, kProgram, 0) == 1);
+  f.fake.enqueue_work(0, kProgram);
+  f.deferred.register_stream(kSecond);
+  CHECK(waits_between(f.fake, 0, kProgram) == 1);  // the older stream's work is gathered
+  CHECK(waits_between(f.fake, kSecond, 0) == 1);   // and the new stream waits for it
+  const auto waits = f.fake.waits().size();
+  f.deferred.register_stream(kSecond);  // already registered: nothing more
+  CHECK(f.fake.waits().size() == waits);
+  // The new stream's work runs after the legacy stream's older work.
+  f.fake.enqueue_work(0, kSecond);
+  f.fake.complete_work(0, kSecond);
+  CHECK(f.fake.stream_idle(0, 0));
+  f.deferred.unregister_stream(kProgram);
+  f.deferred.unregister_stream(kSecond);
+  CHECK_FALSE(f.deferred.streams_registered());
+  FakeAllocation a(kOwn);
+  f.deferred.free_in_device_order(a.entry);
+  CHECK(f.done.addrs.size() == 1);
 }
 
 TEST_CASE("deferred frees: forget drops every wait", "[component][deferred_frees]") {

@@ -8,6 +8,14 @@ using namespace cudalloc::test;
 
 namespace {
 using Order = DeviceAllocator::FreeOrder;
+constexpr StreamHandle kSeen = 0x77;
+
+// A dynamically linked runtime: every stream is created through an interposed call.
+Settings all_streams_seen() {
+  Settings s;
+  s.streams = StreamVisibility::all_seen;
+  return s;
+}
 }  // namespace
 
 TEST_CASE("device-ordered frees are not reused while a stream nobody registered still works",
@@ -158,3 +166,47 @@ TEST_CASE("memory_info reports the device's free memory plus the cache, within t
   REQUIRE(h.alloc->memory_info(&free_bytes, &total) == Error::ok);
   CHECK(free_bytes == 256 * MiB);
 }
+
+TEST_CASE("all streams seen: with only default streams, device-ordered frees are reused at once",
+          "[device_order]") {
+  Harness h(all_streams_seen());
+  void* p = h.get(64 * MiB);
+  REQUIRE(h.alloc->deallocate(p, Order::device) == Error::ok);
+  CHECK(h.get(64 * MiB) == p);
+  CHECK(h.fake.calls(CallKind::event_record) == 0);
+}
+
+TEST_CASE("all streams seen: device-ordered frees are reused behind a fence that orders every "
+          "stream", "[device_order]") {
+  Harness h(all_streams_seen());
+  h.fake.set_manual_streams(true);
+  h.fake.enqueue_work(0, 0);  // earlier work on the legacy stream
+  h.alloc->register_stream(kSeen);
+  bool ordered_at_creation = false;
+  for (const auto& w : h.fake.waits()) ordered_at_creation |= w.waiter == kSeen && w.on == 0;
+  CHECK(ordered_at_creation);  // a new stream starts after the work queued before it
+  void* small = h.get(4096);
+  void* p = h.get(64 * MiB);
+  h.fake.enqueue_work(0, kSeen);  // a kernel on the program's stream still uses p
+  const auto records = h.fake.calls(CallKind::event_record);
+  REQUIRE(h.alloc->deallocate(p, Order::device) == Error::ok);
+  h.check();
+  CHECK(h.stats().active_count.current == 2);  // small, and p: not reusable yet
+  void* other = h.get(4096);  // served from the cache: no fence needed
+  CHECK(h.fake.calls(CallKind::event_record) == records);
+  void* q = h.get(64 * MiB);  // would need new memory: fence, then reuse
+  CHECK(q == p);
+  CHECK(h.fake.calls(CallKind::event_record) == records + 2);  // legacy + the program's stream
+  bool legacy_waits = false, side_waits = false;
+  for (const auto& w : h.fake.waits()) {
+    legacy_waits |= w.waiter == 0 && w.on == kSeen && w.until == 1;
+    side_waits |= w.waiter == kSeen && w.on == 0;
+  }
+  CHECK(legacy_waits);  // later work anywhere runs after the kernel that used p
+  CHECK(side_waits);
+  CHECK_FALSE(h.fake.stream_idle(0, kSeen));  // and the host never waited
+  h.put(q);
+  h.put(small);
+  h.put(other);
+}
+

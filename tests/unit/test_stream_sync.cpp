@@ -8,6 +8,7 @@ namespace {
 
 constexpr StreamHandle kA = 0xa0;
 constexpr StreamHandle kB = 0xb0;
+constexpr StreamHandle kC = 0xc0;
 
 struct Sync {
   Sync() : fake(manual_device()), sync(fake, 0) {}
@@ -15,6 +16,15 @@ struct Sync {
   FakeDevice fake;
   StreamSync sync;
 };
+
+// The position in the fake's wait log of the first wait of `waiter` on `on`, or -1.
+int wait_position(const FakeDevice& fake, StreamHandle waiter, StreamHandle on) {
+  const auto all = fake.waits();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (all[i].waiter == waiter && all[i].on == on) return static_cast<int>(i);
+  }
+  return -1;
+}
 
 }  // namespace
 
@@ -128,6 +138,48 @@ TEST_CASE("stream sync: wait_for waits for one stream, else for the device",
   CHECK(s.sync.wait_for(kA, &whole_device) == Error::device_error);
   CHECK(whole_device);
   CHECK_FALSE(s.fake.stream_idle(0, kA));  // nothing was waited for
+}
+
+TEST_CASE("stream sync: a fence makes every waiter wait on the hub after all sources",
+          "[component][stream_sync]") {
+  Sync s;
+  s.fake.enqueue_work(0, kA);
+  s.fake.enqueue_work(0, kB);
+  const StreamHandle sources[] = {kA, 0, kB};
+  const StreamHandle waiters[] = {kC, 0, kA};
+  REQUIRE(s.sync.fence(sources, waiters));
+  CHECK(waits_between(s.fake, 0, kA) == 1);
+  CHECK(waits_between(s.fake, 0, kB) == 1);
+  CHECK(waits_between(s.fake, kC, 0) == 1);
+  CHECK(waits_between(s.fake, kA, 0) == 1);
+  CHECK(waits_between(s.fake, 0, 0) == 0);  // the hub does not wait on itself
+  CHECK(s.fake.waits().size() == 4);
+  // The gather comes before the scatter.
+  const int last_source = std::max(wait_position(s.fake, 0, kA), wait_position(s.fake, 0, kB));
+  CHECK(last_source < wait_position(s.fake, kC, 0));
+  CHECK(last_source < wait_position(s.fake, kA, 0));
+  CHECK(s.calls(CallKind::event_record) == 3);  // A, B and the hub: 0 as a source is skipped
+  CHECK(s.calls(CallKind::synchronize) == 0);
+  CHECK_FALSE(s.fake.stream_idle(0, kA));  // GPU-side only
+}
+
+TEST_CASE("stream sync: a fence reports failure only when the synchronization fails too",
+          "[component][stream_sync]") {
+  Sync s;
+  s.fake.enqueue_work(0, kA);
+  const StreamHandle sources[] = {kA};
+  const StreamHandle waiters[] = {kC};
+  s.fake.fail_call(CallKind::stream_wait_event, 1, Status::device_error);
+  CHECK(s.sync.fence(sources, waiters));
+  CHECK(s.calls(CallKind::synchronize) == 1);
+  CHECK(s.fake.stream_idle(0, kA));
+
+  s.fake.enqueue_work(0, kA);
+  s.fake.fail_call(CallKind::event_record, 2, Status::device_error);  // the hub's record
+  s.fake.fail_call(CallKind::synchronize, 1, Status::device_error);
+  CHECK_FALSE(s.sync.fence(sources, waiters));
+  CHECK(s.calls(CallKind::synchronize) == 2);
+  CHECK(waits_between(s.fake, kC, 0) == 0);
 }
 
 TEST_CASE("stream sync: completed polls or blocks for an event", "[component][stream_sync]") {
