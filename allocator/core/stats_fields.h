@@ -26,7 +26,8 @@
 //   spills         allocations served (partly) from host memory for lack of device room
 //   page_offloads / page_prefetches  pages of live allocations moved to host / device memory
 // Device-ordered frees (cudaFree under LD_PRELOAD):
-//   fences         device synchronizations that made device-ordered frees reusable
+//   fences         fences that made device-ordered frees reusable: a device synchronization,
+//                  or GPU-side events where every stream is seen (core/deferred_frees.h)
 #pragma once
 
 #define CUDALLOC_STAT_FIELDS(X)                                                        \
@@ -57,4 +58,4 @@
   X(spills, "allocations served from host memory for lack of device room")            \
   X(page_offloads, "pages of live allocations moved to host memory")                   \
   X(page_prefetches, "pages of live allocations moved to device memory")                 \
-  X(fences, "device synchronizations that made device-ordered frees reusable")
+  X(fences, "fences that made device-ordered frees reusable")
