@@ -15,27 +15,15 @@
 #include "snapshot/pickle.h"
 #include "snapshot/snapshot_loader.h"
 #include "snapshot/trace_reader.h"
+#include "temp_files.h"
 
 using namespace cudalloc::snapshot;
+using cudalloc::test::temp_file;
+using cudalloc::test::temp_path;
 using nlohmann::json;
 
 namespace {
 
-std::string temp_path(const std::string& name) {
-  return "/tmp/cudalloc_input_test_" + std::to_string(::getpid()) + "_" + name;
-}
-
-std::string temp_file(const std::string& name, const std::string& content, bool gzip = false) {
-  const std::string path = temp_path(name);
-  if (gzip) {
-    gzFile f = gzopen(path.c_str(), "wb");
-    gzwrite(f, content.data(), unsigned(content.size()));
-    gzclose(f);
-  } else {
-    std::ofstream(path, std::ios::binary) << content;
-  }
-  return path;
-}
 
 struct Outcome {
   bool ok;

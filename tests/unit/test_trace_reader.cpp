@@ -7,23 +7,14 @@
 
 #include "snapshot/pickle.h"
 #include "snapshot/trace_reader.h"
+#include "temp_files.h"
 
 using namespace cudalloc;
 using namespace cudalloc::snapshot;
+using cudalloc::test::temp_file;
 
 namespace {
 
-std::string temp_file(const std::string& name, const std::string& content, bool gzip = false) {
-  const std::string path = "/tmp/cudalloc_test_" + std::to_string(::getpid()) + "_" + name;
-  if (gzip) {
-    gzFile f = gzopen(path.c_str(), "wb");
-    gzwrite(f, content.data(), unsigned(content.size()));
-    gzclose(f);
-  } else {
-    std::ofstream(path, std::ios::binary) << content;
-  }
-  return path;
-}
 
 const char* kTrace = R"({"segments": [], "meta": {"workload": "t", "native": {"peak_reserved": 9}},
   "device_traces": [[
