@@ -44,7 +44,7 @@ json segment_json(const DeviceState& d, const SegmentState& s) {
           {"requested_size", requested},
           {"stream", s.stream},
           {"segment_type", s.has_slabs ? "small" : "large"},
-          {"segment_pool_id", json::array({0, 0})},
+          {"segment_pool_id", json::array({0, s.private_pool})},
           {"is_expandable", s.paged},
           {"host_size", s.host_bytes},
           {"frames", json::array()},

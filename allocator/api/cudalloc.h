@@ -123,6 +123,67 @@ void cudalloc_torch_reset(void);
 void cudalloc_torch_memory_fraction(double fraction, int device);
 void cudalloc_torch_record_stream(void* ptr, cudaStream_t stream);
 
+/* ---- Private pools (CUDA graphs, PyTorch's MemPool) --------------------------------- */
+/* A private pool's memory serves only requests routed to it, and stays the pool's while it
+ * has users: what a CUDA graph needs for the memory it captured (the graph keeps using the
+ * addresses of blocks freed during its capture). Frees return memory to its pool; when the
+ * last user releases the pool, its memory joins the shared cache as it becomes free (after
+ * one device synchronization for graph launches still queued). Pool memory is plain device
+ * memory (never paged or spilled). Ids are nonzero and chosen by the caller. */
+typedef uint64_t cudalloc_pool_t;
+/* Creates the pool with one user, or adds a user. */
+cudalloc_error_t cudalloc_pool_create(cudalloc_pool_t pool, int device);
+/* Drops a user; CUDALLOC_ERROR_INVALID_VALUE for a pool not created or already released. */
+cudalloc_error_t cudalloc_pool_release(cudalloc_pool_t pool, int device);
+/* Users of the pool (0 once released, or never created). */
+cudalloc_error_t cudalloc_pool_use_count(cudalloc_pool_t pool, int device, int* count);
+/* cudalloc_allocate, routed to `pool` (0: the shared pools, as cudalloc_allocate). A request
+ * made while `stream` is being captured never synchronizes: when the pool and the device
+ * have no room it fails with CUDALLOC_ERROR_MEMORY_ALLOCATION. */
+cudalloc_error_t cudalloc_allocate_in_pool(void** ptr, size_t size, int device,
+                                           cudaStream_t stream, cudalloc_pool_t pool);
+/* The live allocations of `pool` in address order: *count receives how many there are, and
+ * the first min(count, capacity) go to `ptrs` (which may be NULL when capacity is 0). */
+cudalloc_error_t cudalloc_pool_allocations(cudalloc_pool_t pool, int device, void** ptrs,
+                                           size_t capacity, size_t* count);
+
+/* ---- Inspection ---------------------------------------------------------------------- */
+/* The largest free block a request on `device` could get from the cache without new device
+ * memory (PyTorch's cacheInfo). */
+cudalloc_error_t cudalloc_largest_free_block(int device, size_t* bytes);
+/* Free and total memory as a program should see them (cudaMemGetInfo, within the cap). */
+cudalloc_error_t cudalloc_memory_info(int device, size_t* free_bytes, size_t* total_bytes);
+/* The reserve cap set by fraction (1.0: none). */
+cudalloc_error_t cudalloc_get_memory_fraction(int device, double* fraction);
+
+typedef struct cudalloc_block_info_t {
+  uintptr_t address;
+  size_t size;      /* rounded */
+  size_t requested; /* what the caller asked for (allocated and pending blocks) */
+  int32_t state;    /* 0 free, 1 allocated, 2 pending (freed, waiting for streams) */
+} cudalloc_block_info_t;
+
+typedef struct cudalloc_segment_info_t {
+  uintptr_t address;
+  size_t size;
+  cudaStream_t stream;
+  cudalloc_pool_t pool;  /* its private pool, 0 for the shared pools */
+  int32_t paged;         /* a run of mapped pages of a paged segment */
+  int32_t small;         /* carved into slabs for small sizes */
+  size_t host_bytes;     /* bytes of it in host memory (the host tier) */
+  size_t first_block;    /* index of its first block in the blocks array */
+  size_t block_count;
+} cudalloc_segment_info_t;
+
+/* The segments of `device` in address order and their blocks, as a snapshot shows them.
+ * *segment_count and *block_count receive the sizes needed; when either capacity is too
+ * small (or an array is NULL) nothing is written and CUDALLOC_ERROR_INVALID_VALUE is
+ * returned: call again with larger arrays (the state may have grown meanwhile). */
+cudalloc_error_t cudalloc_get_segments(int device, cudalloc_segment_info_t* segments,
+                                       size_t segment_capacity, size_t* segment_count,
+                                       cudalloc_block_info_t* blocks, size_t block_capacity,
+                                       size_t* block_count);
+
 /* ---- Statistics ---------------------------------------------------------------------- */
 /* Every statistic is a counter with the current value, its peak since the last reset, and
  * the running total of increases. Names and order come from one list (stats_fields.h);

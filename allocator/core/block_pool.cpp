@@ -24,7 +24,10 @@ Error BlockPool::allocate(StreamPool& pool, const Request& request, BlockUse use
     insert_free(pool, block);
     block = nullptr;
   }
-  if (block == nullptr && !request.spilling()) block = steal_segment(pool, rounded);
+  // A private pool neither takes nor gives segments while it has users (private_pools.h).
+  if (block == nullptr && !request.spilling() && !pool.is_private()) {
+    block = steal_segment(pool, rounded);
+  }
   if (block == nullptr && !request.may_grow()) return Error::out_of_memory;
   if (block == nullptr) {
     if (const Error err = new_segment(pool, rounded, request, use, &block); err != Error::ok) {
@@ -74,7 +77,7 @@ Block* BlockPool::new_block() {
 Block* BlockPool::steal_segment(StreamPool& pool, std::size_t size) {
   Segment* best = nullptr;
   pools_.for_each([&](StreamPool& other) {
-    if (&other == &pool) return;
+    if (&other == &pool || other.is_private()) return;
     for (Segment* seg : other.segments) {
       // Paged segments never move: their idle pages do (page_mapper.h).
       if (seg->kind == Segment::Kind::plain && seg->size >= size && seg->wholly_free() &&
@@ -106,7 +109,8 @@ std::size_t BlockPool::segment_size_for(std::size_t size, BlockUse use) const {
 Error BlockPool::new_segment(StreamPool& pool, std::size_t size, const Request& request,
                              BlockUse use, Block** out) {
   if (request.tier == Tier::host_segments) return new_host_segment(pool, size, out);
-  if (mapper_ != nullptr) return new_paged_segment(pool, size, request, out);
+  // Private pools keep plain segments only: their physical memory never moves.
+  if (mapper_ != nullptr && !pool.is_private()) return new_paged_segment(pool, size, request, out);
   return new_plain_segment(pool, size, use, out);
 }
 
@@ -240,7 +244,11 @@ void BlockPool::delete_segment(StreamPool& pool, Segment* seg) {
 }
 
 std::size_t BlockPool::release_free_segments(Segment::Kind kind) {
-  auto releasable = [&](const Segment* seg) { return seg->kind == kind && seg->wholly_free(); };
+  // Private pools keep their memory while they have users; released ones give theirs to the
+  // shared pools (adopt_segment).
+  auto releasable = [&](const Segment* seg) {
+    return seg->kind == kind && seg->wholly_free() && !seg->pool->is_private();
+  };
   bool any = false;
   pools_.for_each([&](StreamPool& pool) {
     for (Segment* seg : pool.segments) any = any || releasable(seg);
@@ -266,22 +274,32 @@ std::size_t BlockPool::release_free_segments(Segment::Kind kind) {
   return released;
 }
 
+void BlockPool::adopt_segment(Segment* seg, StreamPool& to) {
+  StreamPool& from = *seg->pool;
+  erase_free(from, seg->first);
+  from.segments.erase(std::find(from.segments.begin(), from.segments.end(), seg));
+  seg->pool = &to;
+  to.segments.push_back(seg);
+  insert_free(to, seg->first);
+}
+
 void BlockPool::release_free_ranges(StreamPool* only) {
   if (mapper_ == nullptr) return;
-  std::vector<StreamHandle> empty_pools;
+  std::vector<StreamPool*> empty_pools;
   pools_.for_each([&](StreamPool& pool) {
     if (only != nullptr && &pool != only) return;
+    if (pool.is_private()) return;  // its segments are plain; private_pools.h owns its life
     std::erase_if(pool.segments, [&](Segment* seg) {
       if (!seg->paged() || !seg->wholly_free() || !mapper_->unmapped(*seg)) return false;
       mapper_->drop(*seg);
       delete_segment(pool, seg);
       return true;
     });
-    if (pool.segments.empty()) empty_pools.push_back(pool.stream);
+    if (pool.segments.empty()) empty_pools.push_back(&pool);
   });
-  for (StreamHandle stream : empty_pools) {
-    mapper_->forget_pool(pools_.get(stream));
-    pools_.erase(stream);
+  for (StreamPool* pool : empty_pools) {
+    mapper_->forget_pool(*pool);
+    pools_.erase(*pool);
   }
 }
 

@@ -3,11 +3,12 @@
 //
 // Search order for a request on stream T:
 //   1. the best-fitting free block of T's pool (no synchronization needed);
-//   2. a wholly free plain segment of another stream's pool, moved to T after an event
-//      recorded on its stream now has completed or T has been made to wait on it;
+//   2. (shared pools only) a wholly free plain segment of another stream's shared pool,
+//      moved to T after an event recorded on its stream now has completed or T has been made
+//      to wait on it;
 //   3. a new segment within the budget: plain (device malloc), paged (a virtual range whose
 //      pages page_mapper.h maps under blocks in use) or, for a spilled request without host
-//      pages, pinned host memory.
+//      pages, pinned host memory. Private pools (private_pools.h) always get plain ones.
 // Spilled requests (Request::tier) only use spill segments, whose free blocks sit in their
 // own bins, and only they do. Not thread-safe: the device allocator's lock guards it.
 #pragma once
@@ -44,6 +45,9 @@ class BlockPool {
   // Returns every wholly free segment of `kind` (plain or pinned_host) to the driver after one
   // device synchronization; the bytes released.
   std::size_t release_free_segments(Segment::Kind kind);
+  // Moves the wholly free plain segment `seg` to the pool `to`. The caller guarantees that no
+  // queued work of its old pool's stream can still use it, or that `to` has the same stream.
+  void adopt_segment(Segment* seg, StreamPool& to);
   // Returns every wholly free paged segment whose pages are all unmapped, of `only` (or of
   // every pool), and the pools left without segments: address space and host memory come
   // back. The caller guarantees that no queued work of those pools' streams is left (a device

@@ -53,6 +53,7 @@ void DeviceAllocator::drop_everything() {
   deferred_.forget();
   sync_.destroy_idle_events();
   created_streams_.clear();
+  private_.clear();
   live_ = LiveMap();
 }
 
@@ -66,7 +67,8 @@ Error DeviceAllocator::reset() {
   });
 }
 
-Error DeviceAllocator::allocate(std::size_t size, StreamHandle stream, void** ptr) {
+Error DeviceAllocator::allocate(std::size_t size, StreamHandle stream, void** ptr,
+                                PoolId pool) {
   *ptr = nullptr;
   if (size == 0) return Error::ok;
   return metadata_guard("allocate", ordinal_, [&] {
@@ -86,9 +88,9 @@ Error DeviceAllocator::allocate(std::size_t size, StreamHandle stream, void** pt
     std::uintptr_t addr = 0;
     Owner owner;
     const auto device_allocs_before = ledger_.stats().device_allocs.total;
-    if (const Error err = allocate_locked(size, stream, &addr, &owner); err != Error::ok) {
-      return err;
-    }
+    const Error err = pool == kSharedPool ? allocate_locked(size, stream, &addr, &owner)
+                                          : allocate_private(size, stream, pool, &addr, &owner);
+    if (err != Error::ok) return err;
     if (ledger_.stats().device_allocs.total == device_allocs_before) ledger_.cache_hit();
     live_.insert(LiveEntry{addr, owner, size});
     ledger_.handed_out(addr, owner.rounded_size(), size, stream);
@@ -231,7 +233,11 @@ void DeviceAllocator::complete_free(Owner owner, std::uintptr_t addr) {
   if (owner.is_slab()) {
     slabs_.free(owner.slab(), addr);
   } else {
+    StreamPool& pool = *owner.block()->segment->pool;  // read before the block may merge
     blocks_.free(owner.block());
+    if (pool.is_private() && private_.released(pool.private_id)) {
+      return_released_segments(pool);
+    }
   }
 }
 

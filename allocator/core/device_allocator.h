@@ -38,6 +38,7 @@
 #include "core/migrator.h"
 #include "core/page_mapper.h"
 #include "core/physical_pages.h"
+#include "core/private_pools.h"
 #include "core/request.h"
 #include "core/settings.h"
 #include "core/size_classes.h"
@@ -82,8 +83,9 @@ class DeviceAllocator final : private FreeCompletion {
   enum class FreeOrder { stream, device };
   static constexpr std::size_t kFenceSlack = std::size_t{32} << 20;
 
-  // size 0 gives *ptr = nullptr and ok.
-  Error allocate(std::size_t size, StreamHandle stream, void** ptr);
+  // size 0 gives *ptr = nullptr and ok. `pool` routes the request to a private pool
+  // (private_pools.h), which must have been created and not released (else invalid_value).
+  Error allocate(std::size_t size, StreamHandle stream, void** ptr, PoolId pool = kSharedPool);
   Error deallocate(void* ptr, FreeOrder order = FreeOrder::stream);
   // Streams the program created and will destroy (the interposer sees both). With every
   // stream seen, a new stream is made to wait for all work queued so far, and fences order
@@ -121,6 +123,17 @@ class DeviceAllocator final : private FreeCompletion {
   // How many bytes of the allocation `ptr` lie in device and in host memory.
   Error residency(const void* ptr, std::size_t* device_bytes, std::size_t* host_bytes) const;
 
+  // Private pools (private_pools.h; private_pools.cpp): create or add a user; drop a user
+  // (the last one releases the pool's memory to the shared cache as it becomes free).
+  Error create_private_pool(PoolId id);
+  Error release_private_pool(PoolId id);
+  int private_pool_use_count(PoolId id) const;
+  // The live allocations of private pool `id`, in address order.
+  Error private_pool_allocations(PoolId id, std::vector<std::uintptr_t>* out) const;
+  // The largest free block of the shared pools that a request could get without new device
+  // memory (in paged mode bounded by the idle physical pages that could back it).
+  std::size_t largest_free_block() const;
+
   Stats stats() const;
   void reset_peak_stats();
   bool owns(const void* ptr) const;
@@ -139,6 +152,11 @@ class DeviceAllocator final : private FreeCompletion {
                      Owner* owner);
   Error allocate_locked(std::size_t size, StreamHandle stream, std::uintptr_t* addr,
                         Owner* owner);
+  Error allocate_private(std::size_t size, StreamHandle stream, PoolId id, std::uintptr_t* addr,
+                         Owner* owner);
+  // A released private pool's wholly free segments join the shared pools (private_pools.h).
+  void return_released_segments(StreamPool& pool);
+  void forget_if_empty(PoolId id);
   // Whether the device-ordered frees waiting are worth a device synchronization now.
   bool fence_due() const;
   // Serves a request that found no device room from the host tier.
@@ -174,6 +192,7 @@ class DeviceAllocator final : private FreeCompletion {
   SlabPool slabs_;
   Migrator migrator_;
   DeferredFrees deferred_;
+  PrivatePools private_;
   std::vector<StreamHandle> created_streams_;
 };
 

@@ -142,6 +142,7 @@ DeviceState DeviceAllocator::state() const {
       s.base = seg->base;
       s.size = seg->size;
       s.stream = pool.stream;
+      s.private_pool = pool.private_id;
       s.host_bytes = seg->pinned_host() ? seg->size : 0;
       for (const Block* b = seg->first; b != nullptr; b = b->next) describe(b, s.blocks, s);
       st.segments.push_back(std::move(s));

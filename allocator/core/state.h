@@ -32,6 +32,7 @@ struct SegmentState {
   std::uintptr_t base = 0;
   std::size_t size = 0;
   device::StreamHandle stream = 0;
+  std::uint64_t private_pool = 0;  // the private pool it belongs to (private_pools.h), or 0
   bool has_slabs = false;
   // A run of mapped pages of a paged segment (one SegmentState per run, so that segment sizes
   // add up to the physical memory mapped, each physical page counted once).

@@ -44,6 +44,9 @@ struct Driver {
   PFN_cuMemHostAlloc_v2020 mem_host_alloc = nullptr;
   PFN_cuMemFreeHost_v2000 mem_free_host = nullptr;
   PFN_cuDeviceCanAccessPeer_v4000 can_access_peer = nullptr;
+  // Stream capture (optional: null where the driver lacks them).
+  PFN_cuStreamIsCapturing_v10000 stream_is_capturing = nullptr;
+  PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange_capture_mode = nullptr;
   // Virtual memory management; all resolved or `vmm` is false.
   PFN_cuMemGetAllocationGranularity_v10020 mem_get_granularity = nullptr;
   PFN_cuMemAddressReserve_v10020 mem_address_reserve = nullptr;
@@ -109,6 +112,13 @@ bool resolve_core(Driver& d) {
          resolve("cuDeviceCanAccessPeer", &d.can_access_peer);
 }
 
+void resolve_capture(Driver& d) {
+  if (!resolve("cuStreamIsCapturing", &d.stream_is_capturing)) d.stream_is_capturing = nullptr;
+  if (!resolve("cuThreadExchangeStreamCaptureMode", &d.exchange_capture_mode)) {
+    d.exchange_capture_mode = nullptr;
+  }
+}
+
 bool resolve_vmm(Driver& d) {
   return resolve("cuMemGetAllocationGranularity", &d.mem_get_granularity) &&
          resolve("cuMemAddressReserve", &d.mem_address_reserve) &&
@@ -166,6 +176,7 @@ void load(Driver& d) {
     return;
   }
   d.vmm = resolve_vmm(d);
+  resolve_capture(d);
   int count = 0;
   CUresult r = d.init(0);
   if (r == CUDA_SUCCESS) r = d.device_get_count(&count);
@@ -384,8 +395,25 @@ Status CudaDevice::mem_info(int dev, std::size_t* free_bytes, std::size_t* total
 Status CudaDevice::malloc(int dev, std::size_t bytes, void** ptr) {
   return with_context(dev, [&](const Driver& d) {
     CUdeviceptr p = 0;
+    // cuMemAlloc is legal while this thread's streams capture only in relaxed mode; the
+    // memory is not freed before the graph is gone (core/private_pools.h), which is what
+    // makes allocating during a capture safe.
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (d.exchange_capture_mode != nullptr) d.exchange_capture_mode(&mode);
     Status s = check(d.mem_alloc(&p, bytes));
+    if (d.exchange_capture_mode != nullptr) d.exchange_capture_mode(&mode);
     if (s == Status::ok) *ptr = reinterpret_cast<void*>(p);
+    return s;
+  });
+}
+
+Status CudaDevice::stream_capturing(int dev, StreamHandle stream, bool* capturing) {
+  *capturing = false;
+  return with_context(dev, [&](const Driver& d) {
+    if (d.stream_is_capturing == nullptr) return Status::ok;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    const Status s = check(d.stream_is_capturing(reinterpret_cast<CUstream>(stream), &status));
+    *capturing = s == Status::ok && status != CU_STREAM_CAPTURE_STATUS_NONE;
     return s;
   });
 }

@@ -25,6 +25,7 @@ class CudaDevice final : public Device {
   Status mem_info(int dev, std::size_t* free_bytes, std::size_t* total_bytes) override;
 
   Status malloc(int dev, std::size_t bytes, void** ptr) override;
+  Status stream_capturing(int dev, StreamHandle stream, bool* capturing) override;
   Status free(int dev, void* ptr) override;
 
   std::size_t granularity(int dev) override;

@@ -124,6 +124,17 @@ class Device {
   // Waits for all work queued on the device.
   virtual Status synchronize(int dev) = 0;
 
+  // Whether work queued on `stream` is being captured into a CUDA graph now. While it is,
+  // nothing may synchronize the device, the stream or an event recorded on it, or make the
+  // stream wait for an event recorded outside the capture: that would end the capture with an
+  // error. Devices without graphs answer false.
+  virtual Status stream_capturing(int dev, StreamHandle stream, bool* capturing) {
+    (void)dev;
+    (void)stream;
+    *capturing = false;
+    return Status::ok;
+  }
+
   // The calling thread's last failure in the device's own words ("CUDA_ERROR_OUT_OF_MEMORY"),
   // for messages; "" when there is nothing more to say than the Status.
   virtual const char* last_failure() const { return ""; }

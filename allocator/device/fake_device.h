@@ -80,6 +80,7 @@ class FakeDevice final : public Device {
   Status event_synchronize(EventHandle event) override;
   Status stream_wait_event(int dev, StreamHandle stream, EventHandle event) override;
   Status synchronize(int dev) override;
+  Status stream_capturing(int dev, StreamHandle stream, bool* capturing) override;
 
   // ---- Simulation controls (tests and replay) ----
   void set_current_device(int dev);  // for the calling thread
@@ -94,6 +95,11 @@ class FakeDevice final : public Device {
   // The nth (1 = next) call of `kind` from now fails with `status`.
   void fail_call(CallKind kind, int nth, Status status = Status::out_of_memory, int count = 1);
   void clear_faults();
+  // Stream capture: while `stream` of `dev` captures, a device synchronization, a wait for
+  // one of its events, or a wait of it on an event fails (device_error) and counts as a
+  // capture violation, as it would end a real capture with an error.
+  void set_capturing(int dev, StreamHandle stream, bool capturing);
+  std::uint64_t capture_violations() const;
   std::uint64_t calls(CallKind kind) const;
   std::size_t used_bytes(int dev) const;  // device memory taken (malloc + physical)
   std::size_t host_used_bytes() const;    // host memory taken (host physical + host_alloc)
@@ -129,6 +135,9 @@ class FakeDevice final : public Device {
     };
     std::vector<Dependency> waits_on;
   };
+  bool capture_violated(const StreamKey* stream);  // mutex_ held
+  std::vector<StreamKey> capturing_;
+  std::uint64_t capture_violations_ = 0;
   struct EventState {
     int dev = 0;
     bool recorded = false;

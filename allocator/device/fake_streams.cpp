@@ -98,6 +98,7 @@ Status FakeDevice::event_synchronize(EventHandle event) {
   if (Status s = check_fault(CallKind::event_synchronize); s != Status::ok) return s;
   auto it = events_.find(event);
   if (it == events_.end()) return Status::invalid_value;
+  if (capture_violated(&it->second.stream)) return Status::device_error;
   // Waiting on the host lets the simulated device run the stream up to the event.
   if (!event_done(it->second)) complete_stream(it->second.stream, it->second.seq);
   return Status::ok;
@@ -108,6 +109,8 @@ Status FakeDevice::stream_wait_event(int dev, StreamHandle stream, EventHandle e
   if (Status s = check_fault(CallKind::stream_wait_event); s != Status::ok) return s;
   auto it = events_.find(event);
   if (it == events_.end() || !valid_device(dev)) return Status::invalid_value;
+  const StreamKey waiter_key{dev, stream};
+  if (capture_violated(&waiter_key)) return Status::device_error;
   const EventState& e = it->second;
   if (!e.recorded) return Status::ok;
   waits_.push_back(Wait{dev, stream, e.stream.stream, e.seq, e.stream.dev});
@@ -122,6 +125,7 @@ Status FakeDevice::synchronize(int dev) {
   std::lock_guard lock(mutex_);
   if (Status s = check_fault(CallKind::synchronize); s != Status::ok) return s;
   if (!valid_device(dev)) return Status::invalid_value;
+  if (capture_violated(nullptr)) return Status::device_error;
   for (auto& [key, state] : streams_) {
     if (key.dev == dev) {
       state.completed = state.queued;
@@ -203,6 +207,40 @@ std::size_t FakeDevice::live_events() const {
 std::vector<FakeDevice::Wait> FakeDevice::waits() const {
   std::lock_guard lock(mutex_);
   return waits_;
+}
+
+}  // namespace cudalloc::device
+
+namespace cudalloc::device {
+
+bool FakeDevice::capture_violated(const StreamKey* stream) {
+  // Without a stream: a device-wide wait, which no capture on any stream survives.
+  const bool hit = stream == nullptr
+                       ? !capturing_.empty()
+                       : std::any_of(capturing_.begin(), capturing_.end(), [&](const StreamKey& k) {
+                           return k.dev == stream->dev && k.stream == stream->stream;
+                         });
+  if (hit) ++capture_violations_;
+  return hit;
+}
+
+void FakeDevice::set_capturing(int dev, StreamHandle stream, bool capturing) {
+  std::lock_guard lock(mutex_);
+  std::erase_if(capturing_, [&](const StreamKey& k) { return k.dev == dev && k.stream == stream; });
+  if (capturing) capturing_.push_back(StreamKey{dev, stream});
+}
+
+std::uint64_t FakeDevice::capture_violations() const {
+  std::lock_guard lock(mutex_);
+  return capture_violations_;
+}
+
+Status FakeDevice::stream_capturing(int dev, StreamHandle stream, bool* capturing) {
+  std::lock_guard lock(mutex_);
+  *capturing = std::any_of(capturing_.begin(), capturing_.end(), [&](const StreamKey& k) {
+    return k.dev == dev && k.stream == stream;
+  });
+  return Status::ok;
 }
 
 }  // namespace cudalloc::device

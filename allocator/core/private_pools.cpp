@@ -1,0 +1,155 @@
+// DeviceAllocator's private pools (private_pools.h): routing, release and inspection.
+#include <algorithm>
+#include <mutex>
+
+#include "core/device_allocator.h"
+#include "core/log.h"
+
+namespace cudalloc {
+
+Error DeviceAllocator::allocate_private(std::size_t size, StreamHandle stream, PoolId id,
+                                        std::uintptr_t* addr, Owner* owner) {
+  if (private_.use_count(id) == 0) {
+    return fail(Error::invalid_value,
+                "device %d: allocation routed to private pool %llu, which %s", ordinal_,
+                static_cast<unsigned long long>(id),
+                private_.known(id) ? "was released" : "was never created");
+  }
+  StreamPool& pool = pools_.get(stream, id);
+  const Request request{size, Growth::may_grow, Tier::device};
+  Block* block = nullptr;
+  Error err = blocks_.allocate(pool, request, BlockUse::allocation, &block);
+  if (err == Error::out_of_memory) {
+    // Releasing the cache synchronizes the device, which would end a capture of `stream`
+    // with an error: then the request fails instead (empty the cache before capturing).
+    bool capturing = false;
+    if (device_.stream_capturing(ordinal_, stream, &capturing) != device::Status::ok) {
+      capturing = true;  // unknown: do not risk the capture
+    }
+    if (!capturing) {
+      release_cached_memory();
+      err = blocks_.allocate(pool, request, BlockUse::allocation, &block);
+      if (err == Error::ok) ledger_.retry();
+    }
+  }
+  if (err == Error::out_of_memory) return out_of_memory(size, stream);
+  if (err != Error::ok) return err;
+  *addr = block->addr;
+  *owner = Owner::of(block);
+  return Error::ok;
+}
+
+Error DeviceAllocator::create_private_pool(PoolId id) {
+  if (id == kSharedPool) {
+    return fail(Error::invalid_value, "device %d: private pool id 0 names the shared pools",
+                ordinal_);
+  }
+  return metadata_guard("create_private_pool", ordinal_, [&] {
+    std::lock_guard lock(lock_);
+    private_.retain(id);
+    return Error::ok;
+  });
+}
+
+Error DeviceAllocator::release_private_pool(PoolId id) {
+  return metadata_guard("release_private_pool", ordinal_, [&] {
+    std::lock_guard lock(lock_);
+    if (private_.use_count(id) == 0) {
+      return fail(Error::invalid_value, "device %d: release of private pool %llu, which %s",
+                  ordinal_, static_cast<unsigned long long>(id),
+                  private_.known(id) ? "was already released" : "was never created");
+    }
+    if (!private_.release(id)) return Error::ok;  // other users remain
+    std::vector<StreamPool*> mine;
+    pools_.for_each([&](StreamPool& pool) {
+      if (pool.private_id == id) mine.push_back(&pool);
+    });
+    bool any_free = false;
+    for (StreamPool* pool : mine) {
+      for (const Segment* seg : pool->segments) any_free = any_free || seg->wholly_free();
+    }
+    // Graph launches still queued may use the pool's memory: wait for them once. If that
+    // fails the segments stay in the released pool (out of everyone's reach) until a later
+    // free returns them.
+    if (any_free && sync_.synchronize_device()) {
+      for (StreamPool* pool : mine) return_released_segments(*pool);
+    }
+    forget_if_empty(id);
+    if (settings_.validate) check_after_operation("release_private_pool");
+    return Error::ok;
+  });
+}
+
+void DeviceAllocator::return_released_segments(StreamPool& pool) {
+  // Called at release (after a device synchronization) and whenever a block of a released
+  // pool is freed: work that used the segment's other blocks was queued before the release,
+  // so the synchronization at release covers it.
+  StreamPool& shared = pools_.get(pool.stream);
+  std::vector<Segment*> free_segments;
+  for (Segment* seg : pool.segments) {
+    if (seg->wholly_free()) free_segments.push_back(seg);
+  }
+  for (Segment* seg : free_segments) blocks_.adopt_segment(seg, shared);
+  if (pool.segments.empty()) {
+    const PoolId id = pool.private_id;
+    pools_.erase(pool);
+    forget_if_empty(id);
+  }
+}
+
+void DeviceAllocator::forget_if_empty(PoolId id) {
+  if (!private_.released(id)) return;
+  bool holds_memory = false;
+  pools_.for_each([&](const StreamPool& pool) {
+    holds_memory = holds_memory || (pool.private_id == id && !pool.segments.empty());
+  });
+  if (holds_memory) return;
+  std::vector<StreamPool*> empty;
+  pools_.for_each([&](StreamPool& pool) {
+    if (pool.private_id == id) empty.push_back(&pool);
+  });
+  for (StreamPool* pool : empty) pools_.erase(*pool);
+  private_.forget(id);
+}
+
+int DeviceAllocator::private_pool_use_count(PoolId id) const {
+  std::lock_guard lock(lock_);
+  return private_.use_count(id);
+}
+
+Error DeviceAllocator::private_pool_allocations(PoolId id,
+                                                std::vector<std::uintptr_t>* out) const {
+  return metadata_guard("private_pool_allocations", ordinal_, [&] {
+    std::lock_guard lock(lock_);
+    out->clear();
+    live_.for_each([&](const LiveEntry& e) {
+      if (!e.owner.is_slab() && e.owner.block()->segment->pool->private_id == id) {
+        out->push_back(e.key);
+      }
+    });
+    std::sort(out->begin(), out->end());
+    return Error::ok;
+  });
+}
+
+std::size_t DeviceAllocator::largest_free_block() const {
+  std::lock_guard lock(lock_);
+  std::size_t plain = 0;
+  std::size_t paged_block = 0;
+  pools_.for_each([&](const StreamPool& pool) {
+    if (pool.is_private()) return;
+    for (const Segment* seg : pool.segments) {
+      if (seg->spill || seg->pinned_host()) continue;
+      std::size_t& largest = seg->paged() ? paged_block : plain;
+      for (const Block* b = seg->first; b != nullptr; b = b->next) {
+        if (b->state == Block::State::free) largest = std::max(largest, b->size);
+      }
+    }
+  });
+  // A free block of a paged segment needs physical pages under it: idle ones serve without
+  // new device memory, so no more than they hold.
+  const std::size_t idle = physical_.device_idle() * page_size_;
+  return std::max(plain, std::min(paged_block, idle));
+}
+
+}  // namespace cudalloc

@@ -1,0 +1,192 @@
+// Private pools (core/private_pools.h): the memory a CUDA graph captured stays the graph's.
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "harness.h"
+
+using namespace cudalloc;
+using namespace cudalloc::test;
+
+namespace {
+
+constexpr PoolId kGraph = 7;
+constexpr StreamHandle kCapture = 0x10;
+
+void* pool_get(Harness& h, std::size_t size, PoolId pool, StreamHandle stream = kCapture) {
+  void* p = nullptr;
+  const Error err = h.alloc->allocate(size, stream, &p, pool);
+  INFO(last_error_message());
+  REQUIRE(err == Error::ok);
+  h.check();
+  return p;
+}
+
+// The [base, base + size) ranges of the segments of private pool `id`.
+std::vector<std::pair<std::uintptr_t, std::size_t>> pool_segments(Harness& h, PoolId id) {
+  std::vector<std::pair<std::uintptr_t, std::size_t>> out;
+  for (const SegmentState& s : h.alloc->state().segments) {
+    if (s.private_pool == id) out.emplace_back(s.base, s.size);
+  }
+  return out;
+}
+
+bool inside_any(std::uintptr_t a, const std::vector<std::pair<std::uintptr_t, std::size_t>>& r) {
+  return std::any_of(r.begin(), r.end(),
+                     [&](const auto& s) { return a >= s.first && a < s.first + s.second; });
+}
+
+}  // namespace
+
+TEST_CASE("memory freed during a capture serves the pool only while the pool lives",
+          "[private_pools]") {
+  for (const bool vmm : {true, false}) {
+    Settings settings;
+    settings.vmm = vmm;
+    Harness h(settings);
+    REQUIRE(h.alloc->create_private_pool(kGraph) == Error::ok);
+    // The capture: allocations and frees inside it, some reused inside it.
+    std::vector<void*> kept;
+    for (int i = 0; i < 20; ++i) {
+      void* a = pool_get(h, 1000 + 37 * i, kGraph);
+      void* b = pool_get(h, (i + 1) * 300 * KiB, kGraph);
+      h.put(a);  // freed in the capture: the graph still uses its address at every replay
+      kept.push_back(b);
+    }
+    const auto mine = pool_segments(h, kGraph);
+    REQUIRE(!mine.empty());
+    for (const SegmentState& s : h.alloc->state().segments) {
+      if (s.private_pool == kGraph) CHECK_FALSE(s.paged);  // plain memory: it never moves
+    }
+    // After the capture: nothing outside the pool lands in its memory, on any stream.
+    std::mt19937 rng(5);
+    std::vector<void*> others;
+    for (int i = 0; i < 300; ++i) {
+      const std::size_t size = std::size_t{1} << (rng() % 24);
+      const StreamHandle stream = (i % 3 == 0) ? kCapture : 0;
+      void* p = h.get(size, stream);
+      INFO("size " << size << " at " << p);
+      CHECK_FALSE(inside_any(addr(p), mine));
+      others.push_back(p);
+      if (rng() % 2 == 0) {
+        h.put(others.back());
+        others.pop_back();
+      }
+    }
+    REQUIRE(h.alloc->empty_cache() == Error::ok);
+    CHECK(pool_segments(h, kGraph) == mine);  // empty_cache keeps what the pool holds
+    for (void* p : others) h.put(p);
+    for (void* p : kept) h.put(p);
+    CHECK(pool_segments(h, kGraph) == mine);  // wholly free, still the graph's
+    REQUIRE(h.alloc->release_private_pool(kGraph) == Error::ok);
+    CHECK(pool_segments(h, kGraph).empty());
+    h.check();
+  }
+}
+
+TEST_CASE("a pool shared by two graphs lives until both release it", "[private_pools]") {
+  Harness h;
+  REQUIRE(h.alloc->create_private_pool(kGraph) == Error::ok);
+  REQUIRE(h.alloc->create_private_pool(kGraph) == Error::ok);
+  CHECK(h.alloc->private_pool_use_count(kGraph) == 2);
+  void* a = pool_get(h, 4 * MiB, kGraph);
+  h.put(a);
+  REQUIRE(h.alloc->release_private_pool(kGraph) == Error::ok);
+  CHECK(h.alloc->private_pool_use_count(kGraph) == 1);
+  // The second graph allocates from the memory the first one left.
+  void* b = pool_get(h, 4 * MiB, kGraph);
+  CHECK(b == a);
+  void* outside = h.get(4 * MiB, kCapture);
+  CHECK(outside != a);
+  h.put(b);
+  h.put(outside);
+  const auto before = h.fake.calls(CallKind::synchronize);
+  REQUIRE(h.alloc->release_private_pool(kGraph) == Error::ok);
+  CHECK(h.alloc->private_pool_use_count(kGraph) == 0);
+  // Graph launches may still be queued: one synchronization before the memory is shared.
+  CHECK(h.fake.calls(CallKind::synchronize) == before + 1);
+  // Released memory is cache now: a shared request of the same stream reuses it, with no new
+  // device memory.
+  const auto allocs = h.stats().device_allocs.total;
+  void* c = h.get(4 * MiB, kCapture);
+  CHECK(h.stats().device_allocs.total == allocs);
+  h.put(c);
+}
+
+TEST_CASE("tensors that outlive their graph return the memory when freed", "[private_pools]") {
+  Harness h;
+  REQUIRE(h.alloc->create_private_pool(kGraph) == Error::ok);
+  void* out = pool_get(h, 8 * MiB, kGraph);
+  REQUIRE(h.alloc->release_private_pool(kGraph) == Error::ok);
+  CHECK(pool_segments(h, kGraph).size() == 1);  // still holds the live output
+  CHECK(h.alloc->private_pool_use_count(kGraph) == 0);
+  void* other = nullptr;
+  CHECK(h.alloc->allocate(1 * MiB, kCapture, &other, kGraph) == Error::invalid_value);
+  h.check();
+  const auto syncs = h.fake.calls(CallKind::synchronize);
+  h.put(out);
+  CHECK(pool_segments(h, kGraph).empty());
+  CHECK(h.fake.calls(CallKind::synchronize) == syncs);  // the release's wait covers it
+  REQUIRE(h.alloc->empty_cache() == Error::ok);
+  CHECK(h.stats().reserved_bytes.current == 0);
+}
+
+TEST_CASE("a pool request during a capture never synchronizes", "[private_pools]") {
+  Settings settings = plain_settings();
+  Harness h(settings, fake_options(64 * MiB));
+  // The shared cache holds most of the device.
+  void* big = h.get(48 * MiB);
+  h.put(big);
+  REQUIRE(h.alloc->create_private_pool(kGraph) == Error::ok);
+  h.fake.set_capturing(0, kCapture, true);
+  void* p = nullptr;
+  CHECK(h.alloc->allocate(32 * MiB, kCapture, &p, kGraph) == Error::out_of_memory);
+  CHECK(p == nullptr);
+  CHECK(h.fake.capture_violations() == 0);
+  h.check();
+  // Outside a capture the same request releases the cache and succeeds.
+  h.fake.set_capturing(0, kCapture, false);
+  void* q = pool_get(h, 32 * MiB, kGraph);
+  CHECK(h.stats().alloc_retries.total == 1);
+  h.put(q);
+  REQUIRE(h.alloc->release_private_pool(kGraph) == Error::ok);
+}
+
+TEST_CASE("private pool errors change nothing", "[private_pools]") {
+  Harness h;
+  void* p = nullptr;
+  CHECK(h.alloc->allocate(1 * KiB, 0, &p, 99) == Error::invalid_value);
+  CHECK(p == nullptr);
+  CHECK(h.alloc->release_private_pool(99) == Error::invalid_value);
+  CHECK(h.alloc->create_private_pool(kSharedPool) == Error::invalid_value);
+  CHECK(h.alloc->private_pool_use_count(99) == 0);
+  REQUIRE(h.alloc->create_private_pool(kGraph) == Error::ok);
+  REQUIRE(h.alloc->release_private_pool(kGraph) == Error::ok);
+  CHECK(h.alloc->release_private_pool(kGraph) == Error::invalid_value);
+  CHECK(h.stats().allocated_count.total == 0);
+  h.check();
+}
+
+TEST_CASE("a pool's live allocations and the largest cached block", "[private_pools]") {
+  Harness h(plain_settings());
+  REQUIRE(h.alloc->create_private_pool(kGraph) == Error::ok);
+  void* a = pool_get(h, 100, kGraph);  // small requests get blocks too: no slabs in pools
+  void* b = pool_get(h, 3 * MiB, kGraph);
+  void* shared = h.get(3 * MiB);
+  std::vector<std::uintptr_t> live;
+  REQUIRE(h.alloc->private_pool_allocations(kGraph, &live) == Error::ok);
+  std::vector<std::uintptr_t> expected{addr(a), addr(b)};
+  std::sort(expected.begin(), expected.end());
+  CHECK(live == expected);
+  for (const SegmentState& s : h.alloc->state().segments) {
+    if (s.private_pool == kGraph) CHECK_FALSE(s.has_slabs);
+  }
+  // The pool's free memory does not count: only what a shared request could get.
+  const std::size_t before = h.alloc->largest_free_block();
+  h.put(shared);
+  const std::size_t after = h.alloc->largest_free_block();
+  CHECK(after >= before + 3 * MiB);
+  h.put(a);
+  h.put(b);
+  REQUIRE(h.alloc->release_private_pool(kGraph) == Error::ok);
+}
