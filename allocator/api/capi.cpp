@@ -44,11 +44,7 @@ cudalloc_error_t cudalloc_allocate(void** ptr, size_t size, int device, cudaStre
   if (ptr != nullptr) *ptr = nullptr;
   return on_device(device, MinusOne::current, [&](DeviceAllocator& d) {
     if (ptr == nullptr) return fail(Error::invalid_value, "allocate: ptr is NULL");
-    const Error err = d.allocate(size, handle(stream), ptr);
-    if (err == Error::out_of_memory && !d.settings().snapshot_on_oom.empty()) {
-      if (OutOfMemoryHook hook = out_of_memory_hook()) hook(d.ordinal());
-    }
-    return err;
+    return after_out_of_memory(d, d.allocate(size, handle(stream), ptr));
   });
 }
 

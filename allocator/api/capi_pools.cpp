@@ -6,6 +6,8 @@
 using namespace cudalloc;
 using namespace cudalloc::capi;
 
+static_assert(CUDALLOC_IPC_HANDLE_BYTES == device::Device::kIpcHandleBytes);
+
 namespace {
 
 int block_state_code(BlockState::Kind kind) {
@@ -44,7 +46,7 @@ cudalloc_error_t cudalloc_allocate_in_pool(void** ptr, size_t size, int device,
   if (ptr != nullptr) *ptr = nullptr;
   return on_device(device, MinusOne::current, [&](DeviceAllocator& d) {
     if (ptr == nullptr) return fail(Error::invalid_value, "allocate_in_pool: ptr is NULL");
-    return d.allocate(size, handle(stream), ptr, pool);
+    return after_out_of_memory(d, d.allocate(size, handle(stream), ptr, pool));
   });
 }
 
@@ -61,6 +63,15 @@ cudalloc_error_t cudalloc_pool_allocations(cudalloc_pool_t pool, int device, voi
       ptrs[i] = reinterpret_cast<void*>(live[i]);
     }
     return Error::ok;
+  });
+}
+
+cudalloc_error_t cudalloc_ipc_handle(const void* ptr, void* handle, size_t* offset) {
+  return on_owner(ptr, "ipc_handle", [&](DeviceAllocator& d) {
+    if (handle == nullptr || offset == nullptr) {
+      return fail(Error::invalid_value, "ipc_handle: handle or offset is NULL");
+    }
+    return d.ipc_handle(ptr, static_cast<unsigned char*>(handle), offset);
   });
 }
 

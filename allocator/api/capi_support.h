@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "api/cudalloc.h"
+#include "api/hooks.h"
 #include "api/runtime.h"
 #include "core/log.h"
 
@@ -101,6 +102,15 @@ inline cudalloc_error_t on_owner(const void* ptr, const char* what, F&& f) {
     if (d == nullptr) return fail(Error::invalid_pointer, "%s of %p: not a live allocation", what, ptr);
     return f(*d);
   });
+}
+
+// Passes `err` through; after an out-of-memory failure, runs the snapshot_on_oom hook first
+// (every allocating entry point calls this, outside the device's lock).
+inline Error after_out_of_memory(DeviceAllocator& d, Error err) {
+  if (err == Error::out_of_memory && !d.settings().snapshot_on_oom.empty()) {
+    if (cudalloc::OutOfMemoryHook hook = cudalloc::out_of_memory_hook()) hook(d.ordinal());
+  }
+  return err;
 }
 
 }  // namespace cudalloc::capi

@@ -147,6 +147,14 @@ cudalloc_error_t cudalloc_allocate_in_pool(void** ptr, size_t size, int device,
 cudalloc_error_t cudalloc_pool_allocations(cudalloc_pool_t pool, int device, void** ptrs,
                                            size_t capacity, size_t* count);
 
+/* ---- CUDA IPC ------------------------------------------------------------------------ */
+/* The legacy IPC handle (64 bytes, a cudaIpcMemHandle_t) of the memory under the live
+ * allocation `ptr`, and `ptr`'s offset from the address that handle opens at in another
+ * process (cudaIpcOpenMemHandle). Only plain segments carry one: paged memory (the default
+ * with VMM) gives CUDALLOC_ERROR_NOT_SUPPORTED; CUDALLOC_CONF=vmm:0 makes all memory plain. */
+#define CUDALLOC_IPC_HANDLE_BYTES 64
+cudalloc_error_t cudalloc_ipc_handle(const void* ptr, void* handle, size_t* offset);
+
 /* ---- Inspection ---------------------------------------------------------------------- */
 /* The largest free block a request on `device` could get from the cache without new device
  * memory (PyTorch's cacheInfo). */

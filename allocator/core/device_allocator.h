@@ -130,6 +130,10 @@ class DeviceAllocator final : private FreeCompletion {
   int private_pool_use_count(PoolId id) const;
   // The live allocations of private pool `id`, in address order.
   Error private_pool_allocations(PoolId id, std::vector<std::uintptr_t>* out) const;
+  // The legacy IPC handle of the plain segment under the live allocation `ptr`, and the
+  // allocation's offset in it (PyTorch's shareIpcHandle). not_supported for paged and host
+  // memory, which cannot carry one.
+  Error ipc_handle(const void* ptr, unsigned char* handle, std::size_t* offset) const;
   // The largest free block of the shared pools that a request could get without new device
   // memory (in paged mode bounded by the idle physical pages that could back it).
   std::size_t largest_free_block() const;

@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <cstring>
 #include <iterator>
 #include <mutex>
 #include <vector>
@@ -46,6 +47,7 @@ struct Driver {
   PFN_cuDeviceCanAccessPeer_v4000 can_access_peer = nullptr;
   // Stream capture (optional: null where the driver lacks them).
   PFN_cuStreamIsCapturing_v10000 stream_is_capturing = nullptr;
+  PFN_cuIpcGetMemHandle_v4010 ipc_get_mem_handle = nullptr;
   PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange_capture_mode = nullptr;
   // Virtual memory management; all resolved or `vmm` is false.
   PFN_cuMemGetAllocationGranularity_v10020 mem_get_granularity = nullptr;
@@ -110,6 +112,10 @@ bool resolve_core(Driver& d) {
          resolve("cuMemHostAlloc", &d.mem_host_alloc) &&
          resolve("cuMemFreeHost", &d.mem_free_host) &&
          resolve("cuDeviceCanAccessPeer", &d.can_access_peer);
+}
+
+void resolve_optional(Driver& d) {
+  if (!resolve("cuIpcGetMemHandle", &d.ipc_get_mem_handle)) d.ipc_get_mem_handle = nullptr;
 }
 
 void resolve_capture(Driver& d) {
@@ -177,6 +183,7 @@ void load(Driver& d) {
   }
   d.vmm = resolve_vmm(d);
   resolve_capture(d);
+  resolve_optional(d);
   int count = 0;
   CUresult r = d.init(0);
   if (r == CUDA_SUCCESS) r = d.device_get_count(&count);
@@ -414,6 +421,16 @@ Status CudaDevice::stream_capturing(int dev, StreamHandle stream, bool* capturin
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     const Status s = check(d.stream_is_capturing(reinterpret_cast<CUstream>(stream), &status));
     *capturing = s == Status::ok && status != CU_STREAM_CAPTURE_STATUS_NONE;
+    return s;
+  });
+}
+
+Status CudaDevice::ipc_handle(int dev, void* ptr, unsigned char* handle) {
+  return with_context(dev, [&](const Driver& d) {
+    if (d.ipc_get_mem_handle == nullptr) return Status::not_supported;
+    CUipcMemHandle h;
+    const Status s = check(d.ipc_get_mem_handle(&h, reinterpret_cast<CUdeviceptr>(ptr)));
+    if (s == Status::ok) std::memcpy(handle, &h, sizeof h < kIpcHandleBytes ? sizeof h : kIpcHandleBytes);
     return s;
   });
 }

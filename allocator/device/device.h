@@ -124,6 +124,16 @@ class Device {
   // Waits for all work queued on the device.
   virtual Status synchronize(int dev) = 0;
 
+  // The legacy IPC handle (cuIpcGetMemHandle) of memory from malloc(), whose base `ptr` is;
+  // another process opens it with cudaIpcOpenMemHandle. Only memory of malloc() has one.
+  static constexpr std::size_t kIpcHandleBytes = 64;
+  virtual Status ipc_handle(int dev, void* ptr, unsigned char* handle) {
+    (void)dev;
+    (void)ptr;
+    (void)handle;
+    return Status::not_supported;
+  }
+
   // Whether work queued on `stream` is being captured into a CUDA graph now. While it is,
   // nothing may synchronize the device, the stream or an event recorded on it, or make the
   // stream wait for an event recorded outside the capture: that would end the capture with an

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <string>
 
@@ -169,6 +170,16 @@ Status FakeDevice::free(int dev, void* ptr) {
   ::munmap(ptr, it->second.second);
   memory_[dev].used -= it->second.second;
   allocations_.erase(it);
+  return Status::ok;
+}
+
+Status FakeDevice::ipc_handle(int dev, void* ptr, unsigned char* handle) {
+  std::lock_guard lock(mutex_);
+  auto it = allocations_.find(ptr);
+  if (it == allocations_.end() || it->second.first != dev) return Status::invalid_value;
+  std::memset(handle, 0, kIpcHandleBytes);
+  std::memcpy(handle, "fake-ipc:", 9);
+  std::memcpy(handle + 16, &ptr, sizeof ptr);
   return Status::ok;
 }
 

@@ -81,6 +81,8 @@ class FakeDevice final : public Device {
   Status stream_wait_event(int dev, StreamHandle stream, EventHandle event) override;
   Status synchronize(int dev) override;
   Status stream_capturing(int dev, StreamHandle stream, bool* capturing) override;
+  // A fake handle: the bytes of "fake-ipc:" and the pointer (tests check what is exported).
+  Status ipc_handle(int dev, void* ptr, unsigned char* handle) override;
 
   // ---- Simulation controls (tests and replay) ----
   void set_current_device(int dev);  // for the calling thread

@@ -169,3 +169,29 @@ TEST_CASE("snapshot_diff: stats, segments and blocks, largest first", "[view]") 
   CHECK(d["blocks"]["allocated"][0]["size"] == 70);  // largest first
   CHECK(d["blocks"]["freed"].empty());
 }
+
+TEST_CASE("segment map: blocks with recorded stacks say where they were allocated", "[view]") {
+  json frames = json::array({
+      {{"filename", "/usr/lib/python3/site-packages/torch/nn/modules/linear.py"}, {"line", 125},
+       {"name", "forward"}},
+      {{"filename", "train.py"}, {"line", 42}, {"name", "make_buffers"}},
+      {{"filename", "train.py"}, {"line", 90}, {"name", "main"}}});
+  json a = block(0x1000, 0x400, "active_allocated");
+  a["frames"] = frames;
+  json b = block(0x1400, 0x400, "active_allocated");  // no stack
+  json c = block(0x1800, 0x800, "active_allocated");
+  c["frames"] = frames;
+  json seg = {{"address", 0x1000}, {"total_size", 0x1000}, {"stream", 0},
+              {"blocks", json::array({a, b, c})}};
+  const json map = segment_map_json({&seg}, {}, 100);
+  REQUIRE(map["sites"].size() == 1);  // one distinct stack, shared by two blocks
+  const std::string site = map["sites"][0];
+  CHECK(site.rfind("make_buffers (train.py:42)", 0) == 0);  // PyTorch's frame skipped
+  CHECK(site.find("main (train.py:90)") != std::string::npos);
+  const json& rows = map["segments"][0]["blocks"];
+  CHECK(rows[0][5] == 0);
+  CHECK(rows[1][5] == -1);
+  CHECK(rows[2][5] == 0);
+  CHECK(allocation_site(b).empty());
+  CHECK(allocation_site(a, 1) == "make_buffers (train.py:42)");
+}

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Times `x = torch.empty(n, dtype=torch.uint8, device='cuda'); del x` from Python, with
-PyTorch's native allocator, with cudalloc (cudalloc.enable()) and with the cheapest possible
-pluggable allocator (libpluggable_floor.so next to libcudalloc.so: the cost of PyTorch's
-pluggable wrapper itself), each in its own process.
+PyTorch's native allocator, with cudalloc (cudalloc.enable(): the C++ adapter where built),
+with cudalloc through CUDAPluggableAllocator (enable(adapter=False)) and with the cheapest
+possible pluggable allocator (libpluggable_floor.so next to libcudalloc.so: the cost of
+PyTorch's pluggable wrapper itself), each in its own process.
 
     python3 tools/bench/torch_empty_bench.py [--json PATH] [--iters N] [--runs R]
 
@@ -21,7 +22,7 @@ from child import (SKIP, import_cudalloc, print_result, run_child as run_script,
                    skip_reason)
 
 SIZES = [512, 64 << 10, 1 << 20, 64 << 20]
-MODES = ["native", "cudalloc", "floor"]
+MODES = ["native", "cudalloc", "pluggable", "floor"]
 
 
 def _pairs(torch, n, iters):
@@ -51,10 +52,11 @@ def _enable_floor():
 
 def child_main(mode, iters, runs, warmup):
     meta = {"mode": mode}
-    if mode == "cudalloc":
+    if mode in ("cudalloc", "pluggable"):
         cudalloc = import_cudalloc()
-        cudalloc.enable()  # before the first CUDA tensor
-        meta.update(cudalloc_version=cudalloc.version(), library=cudalloc.library_path())
+        cudalloc.enable(adapter=None if mode == "cudalloc" else False)  # before CUDA is used
+        meta.update(cudalloc_version=cudalloc.version(), library=cudalloc.library_path(),
+                    integration=cudalloc.mode())
     if mode == "floor":
         _enable_floor()
     import torch
@@ -91,11 +93,12 @@ def print_table(results, args):
     for mode in MODES:
         r = results.get(mode)
         if r:
-            extra = f", cudalloc {r['cudalloc_version']}" if "cudalloc_version" in r else ""
+            extra = (f", cudalloc {r['cudalloc_version']} ({r.get('integration')})"
+                     if "cudalloc_version" in r else "")
             print(f"  {mode}: torch {r['torch']} on {r['device']}{extra}")
-    print(f"{'size':>8} | {'native':>16} | {'cudalloc':>16} | {'pluggable floor':>16} | "
-          f"{'cudalloc/native':>15}")
-    print("-" * 85)
+    print(f"{'size':>8} | {'native':>16} | {'cudalloc':>16} | {'cudalloc pluggable':>18} | "
+          f"{'pluggable floor':>16} | {'cudalloc/native':>15}")
+    print("-" * 106)
     for n in SIZES:
         cells = []
         for mode in MODES:
@@ -103,8 +106,8 @@ def print_table(results, args):
             cells.append(f"{med:7.3f} ({best:6.3f})" if med is not None else "n/a")
         nat, cud = (_figure(results.get(m), n) for m in MODES[:2])
         ratio = f"{cud / nat:.2f}x" if nat and cud else "n/a"
-        print(f"{_size_name(n):>8} | {cells[0]:>16} | {cells[1]:>16} | {cells[2]:>16} | "
-              f"{ratio:>15}")
+        print(f"{_size_name(n):>8} | {cells[0]:>16} | {cells[1]:>16} | {cells[2]:>18} | "
+              f"{cells[3]:>16} | {ratio:>15}")
 
 
 def parse_args(argv):

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "view/snapshot_fields.h"
 
@@ -14,9 +17,27 @@ struct Block {
   std::uint64_t offset, size, requested;
   int state;
   std::uint64_t count;  // blocks merged into this run
+  int site = -1;        // index into Sites, -1: no stack recorded (or a merged run)
 };
 
-std::vector<Block> segment_blocks(const json& seg, const SlabRanges& slabs) {
+// One string per distinct allocation site (allocation_site()), indexed by the blocks.
+class Sites {
+ public:
+  int of(const json& block) {
+    const std::string text = allocation_site(block);
+    if (text.empty()) return -1;
+    auto [it, inserted] = index_.emplace(text, static_cast<int>(texts_.size()));
+    if (inserted) texts_.push_back(text);
+    return it->second;
+  }
+  json to_json() const { return texts_; }
+
+ private:
+  std::map<std::string, int> index_;
+  std::vector<std::string> texts_;
+};
+
+std::vector<Block> segment_blocks(const json& seg, const SlabRanges& slabs, Sites& sites) {
   std::vector<Block> out;
   const std::uint64_t base = u64(seg, "address");
   auto blocks = seg.find("blocks");
@@ -25,7 +46,7 @@ std::vector<Block> segment_blocks(const json& seg, const SlabRanges& slabs) {
     if (!b.is_object()) continue;
     const std::uint64_t addr = u64(b, "address");
     out.push_back({addr >= base ? addr - base : 0, u64(b, "size"), u64(b, "requested_size"),
-                   block_state_code(b.value("state", ""), addr, slabs), 1});
+                   block_state_code(b.value("state", ""), addr, slabs), 1, sites.of(b)});
   }
   return out;
 }
@@ -39,6 +60,7 @@ std::vector<Block> merge_runs(const std::vector<Block>& blocks) {
       out.back().size += b.size;
       out.back().requested += b.requested;
       out.back().count += b.count;
+      if (out.back().site != b.site) out.back().site = -1;
     } else {
       out.push_back(b);
     }
@@ -63,7 +85,9 @@ json pages_json(const json& seg) {
 
 json segment_json(const json& seg, const std::vector<Block>& blocks) {
   json rows = json::array();
-  for (const Block& b : blocks) rows.push_back({b.offset, b.size, b.state, b.requested, b.count});
+  for (const Block& b : blocks) {
+    rows.push_back({b.offset, b.size, b.state, b.requested, b.count, b.site});
+  }
   auto text = [&](const char* key, const char* fallback) {
     auto it = seg.find(key);
     return it != seg.end() && it->is_string() ? it->get<std::string>() : std::string(fallback);
@@ -88,6 +112,26 @@ std::size_t count_blocks(const std::vector<std::vector<Block>>& per_segment) {
 
 }  // namespace
 
+std::string allocation_site(const json& block, std::size_t max_frames) {
+  auto frames = block.find("frames");
+  if (frames == block.end() || !frames->is_array()) return "";
+  std::string text;
+  std::size_t kept = 0;
+  for (const json& f : *frames) {
+    if (kept == max_frames) break;
+    if (!f.is_object()) continue;
+    const std::string file = f.value("filename", std::string("?"));
+    // PyTorch's own frames (torch/...) say less than the caller's: skipped before the first
+    // frame of user code.
+    if (kept == 0 && file.find("/torch/") != std::string::npos) continue;
+    if (!text.empty()) text += "\n";
+    text += f.value("name", std::string("?")) + " (" + file + ":" +
+            std::to_string(f.value("line", 0)) + ")";
+    ++kept;
+  }
+  return text;
+}
+
 std::string hex_address(std::uint64_t address) {
   char text[24];
   std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(address));
@@ -105,7 +149,8 @@ int block_state_code(const std::string& state, std::uint64_t address, const Slab
 json segment_map_json(const std::vector<const json*>& segments, const SlabRanges& slabs,
                       std::size_t max_blocks) {
   std::vector<std::vector<Block>> blocks;
-  for (const json* seg : segments) blocks.push_back(segment_blocks(*seg, slabs));
+  Sites sites;
+  for (const json* seg : segments) blocks.push_back(segment_blocks(*seg, slabs, sites));
   const std::size_t total = count_blocks(blocks);
   if (total > max_blocks) {
     for (auto& b : blocks) b = merge_runs(b);
@@ -133,6 +178,7 @@ json segment_map_json(const std::vector<const json*>& segments, const SlabRanges
   return {{"segments", std::move(out)},
           {"blocks_total", total},
           {"blocks_drawn", drawn},
+          {"sites", sites.to_json()},
           {"segments_left_out", left_out}};
 }
 

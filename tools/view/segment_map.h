@@ -26,6 +26,11 @@ using SlabRanges = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
 // "segments_left_out"). Returns {"segments": [...], "blocks_total", "blocks_drawn",
 // "segments_left_out"}; each segment is {address, size, stream, type, expandable, location,
 // pages: [[offset, size, mapped]], blocks: [[offset, size, state, requested, count]]}.
+// Where a block was allocated: the first `max_frames` frames of its stack (the "frames" a
+// PyTorch snapshot has when _record_memory_history recorded them), past PyTorch's own, one
+// "name (file:line)" per line; "" without a stack.
+std::string allocation_site(const nlohmann::json& block, std::size_t max_frames = 4);
+
 nlohmann::json segment_map_json(const std::vector<const nlohmann::json*>& segments,
                                 const SlabRanges& slabs, std::size_t max_blocks);
 

@@ -74,14 +74,17 @@ json top_allocations(const std::vector<const json*>& segments, const SlabRanges&
   struct Row {
     std::uint64_t size, address, requested, segment, stream;
     int state;
+    const json* block;
   };
   std::vector<Row> rows;
   for (const json* seg : segments) {
-    for (const json& b : seg->value("blocks", json::array())) {
+    auto blocks = seg->find("blocks");  // by reference: rows keep pointers to blocks
+    if (blocks == seg->end() || !blocks->is_array()) continue;
+    for (const json& b : *blocks) {
       if (!b.is_object() || b.value("state", "") == "inactive") continue;
       rows.push_back({u64(b, "size"), u64(b, "address"), u64(b, "requested_size"),
                       u64(*seg, "address"), u64(*seg, "stream"),
-                      block_state_code(b.value("state", ""), u64(b, "address"), slabs)});
+                      block_state_code(b.value("state", ""), u64(b, "address"), slabs), &b});
     }
   }
   const std::size_t n = std::min(top, rows.size());
@@ -95,7 +98,8 @@ json top_allocations(const std::vector<const json*>& segments, const SlabRanges&
                    {"requested", r.requested},
                    {"segment", hex_address(r.segment)},
                    {"stream", hex_address(r.stream)},
-                   {"state", r.state}});
+                   {"state", r.state},
+                   {"site", allocation_site(*r.block, 1)}});
   }
   return out;
 }

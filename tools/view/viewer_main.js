@@ -37,15 +37,19 @@ function topAllocationsPanel(device) {
   const head = element("tr", {}, element("th", {}, "address"), element("th", { class: "num" }, "size"),
                        element("th", { class: "num" }, "requested"), element("th", {}, "state"),
                        element("th", {}, "stream"), element("th", {}, "segment"));
+  const withSites = rows.some((r) => r.site);
+  if (withSites) head.append(element("th", {}, "allocated at"));
   const table = element("table", {}, head);
   for (const r of rows) {
-    table.append(element("tr", {},
-                         element("td", { class: "mono" }, r.address),
-                         element("td", { class: "num" }, formatBytes(r.size)),
-                         element("td", { class: "num" }, r.requested ? formatBytes(r.requested) : "-"),
-                         element("td", {}, STATE_NAMES[r.state]),
-                         element("td", { class: "mono" }, r.stream),
-                         element("td", { class: "mono" }, r.segment)));
+    const row = element("tr", {},
+                        element("td", { class: "mono" }, r.address),
+                        element("td", { class: "num" }, formatBytes(r.size)),
+                        element("td", { class: "num" }, r.requested ? formatBytes(r.requested) : "-"),
+                        element("td", {}, STATE_NAMES[r.state]),
+                        element("td", { class: "mono" }, r.stream),
+                        element("td", { class: "mono" }, r.segment));
+    if (withSites) row.append(element("td", { class: "mono" }, r.site || "-"));
+    table.append(row);
   }
   return panel("Largest allocations", table);
 }

@@ -107,7 +107,7 @@ function lastAtOrBelow(values, target, key) {
   return lo;
 }
 
-function describeBlock(segments, layout, x, y) {
+function describeBlock(segments, sites, layout, x, y) {
   const row = Math.floor(y / MAP_ROW_HEIGHT);
   if (row < 0 || row >= layout.rows || x < 0 || x > layout.width) return null;
   const at = row * layout.bytesPerRow + (x / layout.width) * layout.bytesPerRow;
@@ -123,6 +123,9 @@ function describeBlock(segments, layout, x, y) {
                "size     " + formatBytes(block[1]) + (block[3] ? " (requested " + formatBytes(block[3]) + ")" : ""),
                "state    " + state);
     if (block[4] > 1) lines.push("         " + formatCount(block[4]) + " blocks merged for drawing");
+    if (block[5] >= 0 && sites && sites[block[5]]) {
+      sites[block[5]].split("\n").forEach((frame, i) => lines.push((i ? "         " : "at       ") + frame));
+    }
   }
   const page = segment.pages.find((p) => offset >= p[0] && offset < p[0] + p[1]);
   if (page) lines.push("page     " + (page[2] ? "mapped" : "unmapped virtual range") + ", " + formatBytes(page[1]));
@@ -160,7 +163,7 @@ function renderSegmentMap(parent, map) {
   const layout = mapLayout(segments, width);
   const { canvas, ctx } = makeCanvas(parent, layout.rows * MAP_ROW_HEIGHT);
   drawSegments(ctx, segments, layout, colours);
-  onHover(canvas, (x, y) => describeBlock(segments, layout, x, y));
+  onHover(canvas, (x, y) => describeBlock(segments, map.sites || [], layout, x, y));
   let note = plural(segments.length, "segment") + ", " + plural(map.blocks_total, "block") +
              "; one row is " + formatBytes(layout.bytesPerRow) + ".";
   if (map.blocks_drawn < map.blocks_total) {

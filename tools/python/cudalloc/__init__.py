@@ -38,13 +38,13 @@ from ._capi import (LIBRARY_NAME, MAX_STATS, CudallocError, device_count, dump_s
 from .offload import (offload, offload_optimizer_state, prefetch, prefetch_optimizer_state,
                       promote, residency)
 from .summary import memory_summary
-from .torch import TooLateError, enable, is_enabled
+from .torch import TooLateError, adapter_path, enable, is_enabled, mode
 
 # Tracebacks and pickles name the errors as users import them.
 CudallocError.__module__ = TooLateError.__module__ = __name__
 
 __all__ = [
-    "CudallocError", "TooLateError", "enable", "is_enabled", "library_path", "stats",
+    "CudallocError", "TooLateError", "enable", "is_enabled", "mode", "adapter_path", "library_path", "stats",
     "stat_names", "empty_cache", "reset_peak_stats", "set_memory_fraction",
     "set_memory_limit", "validate", "version", "device_count", "memory_summary",
     "snapshot", "dump_snapshot", "offload", "prefetch", "promote", "residency",

@@ -1,9 +1,23 @@
-"""Installing cudalloc as PyTorch's CUDA allocator (CUDAPluggableAllocator and its hooks).
-torch is imported only inside enable(), so the rest of the package works without it."""
+"""Installing cudalloc as PyTorch's CUDA allocator. torch is imported only inside enable(),
+so the rest of the package works without it.
+
+Two ways in, chosen by enable():
+  adapter    libcudalloc_torch.so (tools/torch_adapter), PyTorch's CUDAAllocator interface
+             compiled against the installed torch: stats, snapshots with stacks, CUDA graphs
+             (private pools), MemPool, cacheInfo (cuDNN benchmark), the OOM type and its
+             observers all work as with PyTorch's own allocator.
+  pluggable  CUDAPluggableAllocator over the C API, when the adapter is not built for this
+             torch: allocation, empty_cache, memory fraction and record_stream only (PyTorch's
+             pluggable wrapper raises for the rest, and CUDA graphs get no private pools).
+"""
 
 import ctypes
+import os
+import warnings
 
-from ._capi import _lib, _lock, library_path
+from ._capi import CudallocError, _lib, _lock, library_path
+
+ADAPTER_NAME = "libcudalloc_torch.so"
 
 
 class TooLateError(RuntimeError):
@@ -18,7 +32,7 @@ _TORCH_HOOKS = [
     ("set_record_stream_fn", "cudalloc_torch_record_stream"),
 ]
 
-_state = {"enabled": False, "torch_allocator": None}
+_state = {"enabled": False, "torch_allocator": None, "mode": None, "adapter": None}
 
 
 def _too_late_message(cause=""):
@@ -54,11 +68,65 @@ def _install(torch, lib):
     return alloc
 
 
-def enable(device_count=None):
+def adapter_path():
+    """The adapter library to use: $CUDALLOC_TORCH_ADAPTER if it names a file, else
+    libcudalloc_torch.so beside libcudalloc.so; None when there is none."""
+    env = os.environ.get("CUDALLOC_TORCH_ADAPTER", "")
+    if env not in ("", "0", "1"):
+        return env if os.path.isfile(env) else None
+    path = os.path.join(os.path.dirname(os.path.abspath(library_path())), ADAPTER_NAME)
+    return path if os.path.isfile(path) else None
+
+
+def _install_adapter(torch, lib, path):
+    adapter = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    version = adapter.cudalloc_torch_adapter_version()
+    if version != lib.cudalloc_version():
+        raise CudallocError(f"{path} was built for cudalloc C API {version}, but "
+                            f"{library_path()} is {lib.cudalloc_version()}: rebuild them "
+                            "together")
+    message = ctypes.create_string_buffer(512)
+    code = adapter.cudalloc_torch_install(message, len(message))
+    text = message.value.decode("utf-8", "replace")
+    if code == 1:
+        raise TooLateError(_too_late_message(text))
+    if code != 0:
+        raise CudallocError(f"installing the PyTorch adapter {path} failed: {text}")
+    _choose_cudagraph_path(torch)
+    return adapter
+
+
+def _choose_cudagraph_path(torch):
+    # Cudagraph trees rewind a private pool to a checkpointed block layout between tree
+    # branches (getCheckpointState / setCheckpointPoolState), which cudalloc's pools do not
+    # implement; torch.compile(mode="reduce-overhead") then uses plain CUDA graphs over
+    # cudalloc's private pools instead, with the same results.
+    try:
+        import torch._inductor.config as inductor_config
+    except Exception:  # inductor absent or broken: nothing uses cudagraph trees then
+        return
+    if inductor_config.triton.cudagraph_trees:
+        inductor_config.triton.cudagraph_trees = False
+        warnings.warn("cudalloc: torch.compile(mode='reduce-overhead') will use CUDA graphs "
+                      "without cudagraph trees (cudalloc does not checkpoint private pools)",
+                      stacklevel=4)
+
+
+def _wants_adapter(adapter):
+    if adapter is not None:
+        return bool(adapter)
+    return os.environ.get("CUDALLOC_TORCH_ADAPTER", "") != "0"
+
+
+def enable(device_count=None, adapter=None):
     """Makes cudalloc PyTorch's CUDA allocator. Must run before the first CUDA tensor.
 
-    device_count: if given, cudalloc_torch_init(device_count) is called right away; if not,
-    PyTorch calls it through the init hook when it initialises CUDA.
+    adapter: None (default) uses the C++ adapter when it is built for this torch and falls
+    back to the pluggable path otherwise; True requires the adapter; False takes the
+    pluggable path. CUDALLOC_TORCH_ADAPTER=0 in the environment also takes the pluggable
+    path, and =PATH names the adapter library.
+    device_count: pluggable path only: if given, cudalloc_torch_init(device_count) is called
+    right away; if not, PyTorch calls it through the init hook when it initialises CUDA.
     Raises TooLateError if PyTorch's allocator is already initialised. A second call is a
     no-op.
     """
@@ -69,10 +137,24 @@ def enable(device_count=None):
         if torch.cuda.is_initialized():
             raise TooLateError(_too_late_message("torch.cuda is already initialized"))
         lib = _lib()
-        _state["torch_allocator"] = _install(torch, lib)  # keep the object alive
-        if device_count is not None:
-            lib.cudalloc_torch_init(int(device_count))
+        path = adapter_path() if _wants_adapter(adapter) else None
+        if adapter and path is None:
+            raise CudallocError(f"enable(adapter=True): no {ADAPTER_NAME} beside "
+                                f"{library_path()} (build with -DCUDALLOC_TORCH_DIR=...)")
+        if path is not None:
+            _state["adapter"] = _install_adapter(torch, lib, path)
+            _state["mode"] = "adapter"
+        else:
+            _state["torch_allocator"] = _install(torch, lib)  # keep the object alive
+            _state["mode"] = "pluggable"
+            if device_count is not None:
+                lib.cudalloc_torch_init(int(device_count))
         _state["enabled"] = True
+
+
+def mode():
+    """How cudalloc is installed into PyTorch: "adapter", "pluggable", or None."""
+    return _state["mode"]
 
 
 def is_enabled():
