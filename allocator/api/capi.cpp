@@ -150,6 +150,10 @@ int cudalloc_stat_count(void) { return stat_field_count(); }
 
 const char* cudalloc_stat_name(int index) { return stat_field_name(index); }
 
+const char* cudalloc_stat_torch_name(int index, int* is_gauge) {
+  return stat_field_torch_name(index, is_gauge);
+}
+
 cudalloc_error_t cudalloc_get_stats(int device, cudalloc_stats_t* out) {
   return on_device(device, MinusOne::current, [&](DeviceAllocator& d) {
     if (out == nullptr) return fail(Error::invalid_value, "get_stats: out is NULL");

@@ -211,6 +211,11 @@ typedef struct cudalloc_stats_t {
 
 int cudalloc_stat_count(void);
 const char* cudalloc_stat_name(int index);
+/* PyTorch's name for statistic `index` as torch.cuda.memory_stats() keys it ("allocation",
+ * "reserved_bytes", "num_ooms", ...), or NULL where PyTorch has none. *is_gauge (if not NULL)
+ * receives 1 for a gauge ("<name>.all.current", ".peak", ".allocated", ".freed"), 0 for a
+ * counter ("<name>": the total). */
+const char* cudalloc_stat_torch_name(int index, int* is_gauge);
 /* Fills `out` for `device` (-1: the current device). */
 cudalloc_error_t cudalloc_get_stats(int device, cudalloc_stats_t* out);
 /* Resets peaks to current values. */

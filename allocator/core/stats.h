@@ -55,5 +55,8 @@ constexpr int stat_field_count() {
 
 // Name of field `index` in list order, or nullptr.
 const char* stat_field_name(int index);
+// PyTorch's key for field `index` (CUDALLOC_TORCH_STAT_NAMES), or nullptr; *gauge says
+// whether it is a gauge (current/peak/allocated/freed) or a counter.
+const char* stat_field_torch_name(int index, int* gauge);
 
 }  // namespace cudalloc

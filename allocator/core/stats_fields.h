@@ -59,3 +59,23 @@
   X(page_offloads, "pages of live allocations moved to host memory")                   \
   X(page_prefetches, "pages of live allocations moved to device memory")                 \
   X(fences, "fences that made device-ordered frees reusable")
+
+// PyTorch's name for each statistic that has one, as torch.cuda.memory_stats() keys it:
+// gauges as "<name>.all.current" / ".peak" / ".allocated" (increases) / ".freed" (decreases),
+// counters as "<name>" (the total). The PyTorch adapter and the Python module both read this
+// list (cudalloc_stat_torch_name), so the two always agree.
+#define CUDALLOC_TORCH_STAT_NAMES(X)                   \
+  X(allocated_count, "allocation", 1)                  \
+  X(reserved_count, "segment", 1)                      \
+  X(active_count, "active", 1)                         \
+  X(cached_count, "inactive_split", 1)                 \
+  X(allocated_bytes, "allocated_bytes", 1)             \
+  X(reserved_bytes, "reserved_bytes", 1)               \
+  X(active_bytes, "active_bytes", 1)                   \
+  X(cached_bytes, "inactive_split_bytes", 1)           \
+  X(requested_bytes, "requested_bytes", 1)             \
+  X(alloc_retries, "num_alloc_retries", 0)             \
+  X(ooms, "num_ooms", 0)                               \
+  X(fences, "num_sync_all_streams", 0)                 \
+  X(device_allocs, "num_device_alloc", 0)              \
+  X(device_frees, "num_device_free", 0)

@@ -126,6 +126,23 @@ class CallsTest(unittest.TestCase):
         free(ptr)
         self.assertLess(cudalloc.stats()["allocated_bytes"]["current"], 3 * MIB)
 
+    def test_torch_memory_stats_uses_pytorchs_keys(self):
+        ptr = allocate(5 * MIB)
+        nested = cudalloc.torch_memory_stats()
+        ours = cudalloc.stats()
+        alloc = nested["allocated_bytes"]["all"]
+        self.assertEqual(alloc["current"], ours["allocated_bytes"]["current"])
+        self.assertEqual(alloc["allocated"], ours["allocated_bytes"]["total"])
+        self.assertEqual(alloc["freed"], alloc["allocated"] - alloc["current"])
+        self.assertEqual(nested["allocated_bytes"]["large_pool"], alloc)
+        self.assertEqual(nested["allocated_bytes"]["small_pool"]["current"], 0)
+        self.assertEqual(nested["segment"]["all"]["current"], ours["reserved_count"]["current"])
+        self.assertEqual(nested["num_ooms"], ours["ooms"]["total"])
+        for key in ("reserved_bytes", "active_bytes", "requested_bytes", "allocation",
+                    "inactive_split_bytes", "num_alloc_retries", "num_device_alloc"):
+            self.assertIn(key, nested)
+        free(ptr)
+
     def test_reset_peak_stats(self):
         free(allocate(16 * MIB))
         self.assertGreaterEqual(cudalloc.stats()["allocated_bytes"]["peak"], 16 * MIB)

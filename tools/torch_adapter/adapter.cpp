@@ -90,7 +90,8 @@ void TorchAllocator::raise_out_of_memory(c10::DeviceIndex device, size_t size,
   cudalloc_memory_info(device, &free_bytes, &total);
   cudalloc_stats_t stats{};
   cudalloc_get_stats(device, &stats);
-  const auto allocated = static_cast<std::size_t>(stats.values[0].current);  // allocated_bytes
+  // allocated_bytes is entry 0 of stats_fields.h, whose positions never change.
+  const auto allocated = static_cast<std::size_t>(stats.values[0].current);
   history_.record(cca::TraceEntry::OOM, device, free_bytes, size, stream, pool, nullptr);
   std::vector<cca::OutOfMemoryObserver> observers;
   {

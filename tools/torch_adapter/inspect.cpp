@@ -1,5 +1,7 @@
 // TorchAllocator: stats under PyTorch's names, cacheInfo, snapshots (adapter.h).
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "adapter.h"
 
@@ -14,28 +16,6 @@ int stat_index(const char* name) {
   return -1;
 }
 
-struct StatIndex {
-  int allocated_bytes = stat_index("allocated_bytes");
-  int allocated_count = stat_index("allocated_count");
-  int requested_bytes = stat_index("requested_bytes");
-  int active_bytes = stat_index("active_bytes");
-  int active_count = stat_index("active_count");
-  int reserved_bytes = stat_index("reserved_bytes");
-  int reserved_count = stat_index("reserved_count");
-  int cached_bytes = stat_index("cached_bytes");
-  int cached_count = stat_index("cached_count");
-  int device_allocs = stat_index("device_allocs");
-  int device_frees = stat_index("device_frees");
-  int ooms = stat_index("ooms");
-  int alloc_retries = stat_index("alloc_retries");
-  int fences = stat_index("fences");
-};
-
-const StatIndex& stat_indices() {
-  static const StatIndex indices;
-  return indices;
-}
-
 const cudalloc_stat_t& value(const cudalloc_stats_t& s, int index) {
   static const cudalloc_stat_t zero{};
   return index < 0 || index >= s.count ? zero : s.values[index];
@@ -43,10 +23,7 @@ const cudalloc_stat_t& value(const cudalloc_stats_t& s, int index) {
 
 // A PyTorch Stat from a cudalloc gauge: current and peak as they are; allocated counts the
 // increases and freed the decreases since the last resetAccumulatedStats (the baseline).
-c10::CachingAllocator::Stat stat_of(const cudalloc_stats_t& s, const cudalloc_stats_t& base,
-                                    int index) {
-  const cudalloc_stat_t& v = value(s, index);
-  const cudalloc_stat_t& b = value(base, index);
+c10::CachingAllocator::Stat stat_of(const cudalloc_stat_t& v, const cudalloc_stat_t& b) {
   c10::CachingAllocator::Stat out;
   out.current = v.current;
   out.peak = v.peak;
@@ -62,6 +39,37 @@ void fill(c10::CachingAllocator::StatArray& array, const c10::CachingAllocator::
   array[static_cast<std::size_t>(c10::CachingAllocator::StatType::LARGE_POOL)] = stat;
 }
 
+// Where each PyTorch name (cudalloc_stat_torch_name: the one list of the mapping) goes in
+// PyTorch's DeviceStats.
+void assign(cca::DeviceStats& out, const std::string& name, const cudalloc_stat_t& v,
+            const cudalloc_stat_t& b) {
+  static const std::pair<const char*, c10::CachingAllocator::StatArray cca::DeviceStats::*>
+      kGauges[] = {{"allocation", &cca::DeviceStats::allocation},
+                   {"segment", &cca::DeviceStats::segment},
+                   {"active", &cca::DeviceStats::active},
+                   {"inactive_split", &cca::DeviceStats::inactive_split},
+                   {"allocated_bytes", &cca::DeviceStats::allocated_bytes},
+                   {"reserved_bytes", &cca::DeviceStats::reserved_bytes},
+                   {"active_bytes", &cca::DeviceStats::active_bytes},
+                   {"inactive_split_bytes", &cca::DeviceStats::inactive_split_bytes},
+                   {"requested_bytes", &cca::DeviceStats::requested_bytes}};
+  static const std::pair<const char*, int64_t cca::DeviceStats::*> kCounters[] = {
+      {"num_alloc_retries", &cca::DeviceStats::num_alloc_retries},
+      {"num_ooms", &cca::DeviceStats::num_ooms},
+      {"num_sync_all_streams", &cca::DeviceStats::num_sync_all_streams},
+      {"num_device_alloc", &cca::DeviceStats::num_device_alloc},
+      {"num_device_free", &cca::DeviceStats::num_device_free}};
+  for (const auto& [key, member] : kGauges) {
+    if (name == key) return fill(out.*member, stat_of(v, b));
+  }
+  for (const auto& [key, member] : kCounters) {
+    if (name == key) {
+      out.*member = v.total - b.total;
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 cca::DeviceStats TorchAllocator::getDeviceStats(c10::DeviceIndex device) {
@@ -73,21 +81,11 @@ cca::DeviceStats TorchAllocator::getDeviceStats(c10::DeviceIndex device) {
     std::lock_guard lock(mutex_);
     if (auto it = baselines_.find(device); it != baselines_.end()) base = it->second;
   }
-  const StatIndex& i = stat_indices();
-  fill(out.allocation, stat_of(s, base, i.allocated_count));
-  fill(out.segment, stat_of(s, base, i.reserved_count));
-  fill(out.active, stat_of(s, base, i.active_count));
-  fill(out.inactive_split, stat_of(s, base, i.cached_count));
-  fill(out.allocated_bytes, stat_of(s, base, i.allocated_bytes));
-  fill(out.reserved_bytes, stat_of(s, base, i.reserved_bytes));
-  fill(out.active_bytes, stat_of(s, base, i.active_bytes));
-  fill(out.inactive_split_bytes, stat_of(s, base, i.cached_bytes));
-  fill(out.requested_bytes, stat_of(s, base, i.requested_bytes));
-  out.num_alloc_retries = value(s, i.alloc_retries).total - value(base, i.alloc_retries).total;
-  out.num_ooms = value(s, i.ooms).total - value(base, i.ooms).total;
-  out.num_sync_all_streams = value(s, i.fences).total - value(base, i.fences).total;
-  out.num_device_alloc = value(s, i.device_allocs).total - value(base, i.device_allocs).total;
-  out.num_device_free = value(s, i.device_frees).total - value(base, i.device_frees).total;
+  for (int i = 0; i < s.count; ++i) {
+    if (const char* name = cudalloc_stat_torch_name(i, nullptr)) {
+      assign(out, name, value(s, i), value(base, i));
+    }
+  }
   out.max_split_size = -1;  // PyTorch's "no limit"
   return out;
 }
@@ -201,10 +199,11 @@ cca::SnapshotInfo TorchAllocator::snapshot(c10::MempoolId_t mempool_id, bool inc
 void TorchAllocator::report_to_profiler(void* ptr, std::int64_t delta, c10::DeviceIndex device) {
   cudalloc_stats_t s{};
   if (cudalloc_get_stats(device, &s) != CUDALLOC_SUCCESS) return;
-  const StatIndex& i = stat_indices();
+  static const int allocated = stat_index("allocated_bytes");
+  static const int reserved = stat_index("reserved_bytes");
   c10::reportMemoryUsageToProfiler(ptr, delta,
-                                   static_cast<std::size_t>(value(s, i.allocated_bytes).current),
-                                   static_cast<std::size_t>(value(s, i.reserved_bytes).current),
+                                   static_cast<std::size_t>(value(s, allocated).current),
+                                   static_cast<std::size_t>(value(s, reserved).current),
                                    c10::Device(c10::DeviceType::CUDA, device));
 }
 

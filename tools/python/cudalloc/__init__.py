@@ -34,7 +34,8 @@ tensor throughout; no kernel may use it while the call runs::
 # snapshots), torch (enable() into PyTorch), offload (the host tier) and summary.
 from ._capi import (LIBRARY_NAME, MAX_STATS, CudallocError, device_count, dump_snapshot,
                     empty_cache, library_path, reset_peak_stats, set_memory_fraction,
-                    set_memory_limit, snapshot, stat_names, stats, validate, version)
+                    set_memory_limit, snapshot, stat_names, stats, torch_memory_stats,
+                    validate, version)
 from .offload import (offload, offload_optimizer_state, prefetch, prefetch_optimizer_state,
                       promote, residency)
 from .summary import memory_summary
@@ -44,8 +45,9 @@ from .torch import TooLateError, adapter_path, enable, is_enabled, mode
 CudallocError.__module__ = TooLateError.__module__ = __name__
 
 __all__ = [
-    "CudallocError", "TooLateError", "enable", "is_enabled", "mode", "adapter_path", "library_path", "stats",
-    "stat_names", "empty_cache", "reset_peak_stats", "set_memory_fraction",
+    "CudallocError", "TooLateError", "enable", "is_enabled", "mode", "adapter_path",
+    "library_path", "stats", "stat_names", "torch_memory_stats", "empty_cache",
+    "reset_peak_stats", "set_memory_fraction",
     "set_memory_limit", "validate", "version", "device_count", "memory_summary",
     "snapshot", "dump_snapshot", "offload", "prefetch", "promote", "residency",
     "offload_optimizer_state", "prefetch_optimizer_state",

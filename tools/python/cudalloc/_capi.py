@@ -42,6 +42,7 @@ _SIGNATURES = {  # name: (restype, argtypes); cudalloc_error_t is an int-sized e
     "cudalloc_set_memory_limit": (_c.c_int, [_c.c_size_t, _c.c_int]),
     "cudalloc_stat_count": (_c.c_int, []),
     "cudalloc_stat_name": (_c.c_char_p, [_c.c_int]),
+    "cudalloc_stat_torch_name": (_c.c_char_p, [_c.c_int, _c.POINTER(_c.c_int)]),
     "cudalloc_get_stats": (_c.c_int, [_c.c_int, _c.POINTER(_Stats)]),
     "cudalloc_reset_peak_stats": (_c.c_int, [_c.c_int]),
     "cudalloc_device_count": (_c.c_int, []),
@@ -239,3 +240,30 @@ def _read_stats(device):
 def stats(device=-1):
     """{name: {"current", "peak", "total"}} for `device` (-1: the current device)."""
     return _read_stats(device)[1]
+
+
+def torch_memory_stats(device=-1):
+    """cudalloc's statistics as torch.cuda.memory_stats_as_nested_dict() gives PyTorch's:
+    {"allocated_bytes": {"all": {"current", "peak", "allocated", "freed"}, "large_pool":
+    ..., "small_pool": ...}, "num_ooms": n, ...}, under the names of cudalloc_stat_torch_name
+    (the same mapping the PyTorch adapter uses). cudalloc has no small pool: its figures are
+    all under "all" and "large_pool"."""
+    lib = _lib()
+    values = _read_stats(device)[1]
+    names = stat_names()
+    zero = {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
+    out = {"max_split_size": -1, "oversize_allocations": dict(zero),
+           "oversize_segments": dict(zero)}
+    for i, name in enumerate(names):
+        gauge = ctypes.c_int(0)
+        torch_name = _text(lib.cudalloc_stat_torch_name(i, ctypes.byref(gauge)))
+        if not torch_name or name not in values:
+            continue
+        v = values[name]
+        if gauge.value:
+            stat = {"current": v["current"], "peak": v["peak"], "allocated": v["total"],
+                    "freed": v["total"] - v["current"]}
+            out[torch_name] = {"all": stat, "large_pool": dict(stat), "small_pool": dict(zero)}
+        else:
+            out[torch_name] = v["total"]
+    return out

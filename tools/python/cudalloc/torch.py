@@ -15,7 +15,8 @@ import ctypes
 import os
 import warnings
 
-from ._capi import CudallocError, _lib, _lock, library_path
+from ._capi import (CudallocError, _lib, _lock, library_path, reset_peak_stats,
+                    torch_memory_stats)
 
 ADAPTER_NAME = "libcudalloc_torch.so"
 
@@ -65,7 +66,29 @@ def _install(torch, lib):
         if "already initialized" in text or "Can't swap" in text:
             raise TooLateError(_too_late_message(text.strip().splitlines()[0])) from e
         raise
+    _answer_stats(torch)
     return alloc
+
+
+def _answer_stats(torch):
+    """PyTorch's pluggable wrapper raises for stats: on that path, torch.cuda's stats
+    functions (memory_allocated, memory_stats, memory_summary, max_memory_*, ...) read
+    cudalloc's figures instead, under PyTorch's key names (memory_stats() and everything
+    built on it goes through memory_stats_as_nested_dict)."""
+    memory = torch.cuda.memory
+
+    def nested(device=None):
+        if not torch.cuda.is_initialized():
+            return {}
+        index = torch.cuda._utils._get_device_index(device, optional=True)
+        return torch_memory_stats(index)
+
+    def reset_peaks(device=None):
+        reset_peak_stats(torch.cuda._utils._get_device_index(device, optional=True))
+
+    for module in (memory, torch.cuda):
+        module.memory_stats_as_nested_dict = nested
+        module.reset_peak_memory_stats = reset_peaks
 
 
 def adapter_path():
