@@ -76,7 +76,9 @@ __attribute__((visibility("default"))) int cuMemFree_v2(CUdeviceptr dptr) {
 __attribute__((visibility("default"))) int cuMemAllocAsync(CUdeviceptr* dptr, std::size_t size,
                                                            CUstream stream) {
   Inside inside;
-  if (!serve(inside)) return REAL(cuMemAllocAsync)("cuMemAllocAsync", dptr, size, stream);
+  if (!serve(inside) || capturing(stream)) {
+    return REAL(cuMemAllocAsync)("cuMemAllocAsync", dptr, size, stream);
+  }
   return allocate(dptr, size, stream);
 }
 
@@ -90,6 +92,11 @@ __attribute__((visibility("default"))) int cuMemFreeAsync(CUdeviceptr dptr, CUst
   Inside inside;
   if (!serve(inside)) return REAL(cuMemFreeAsync)("cuMemFreeAsync", dptr, stream);
   if (dptr == 0) return kSuccess;  // as CUDA answers: nothing to free
+  if (capturing(stream)) {
+    return keep_freed_in_capture(reinterpret_cast<void*>(dptr))
+               ? kSuccess
+               : REAL(cuMemFreeAsync)("cuMemFreeAsync", dptr, stream);
+  }
   const int r = free_ours(dptr, DeviceAllocator::FreeOrder::stream, stream, true);
   return r != kNotOurs ? r : REAL(cuMemFreeAsync)("cuMemFreeAsync", dptr, stream);
 }

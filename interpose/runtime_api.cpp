@@ -77,13 +77,19 @@ __attribute__((visibility("default"))) int cudaFree(void* ptr) {
 __attribute__((visibility("default"))) int cudaMallocAsync(void** ptr, std::size_t size,
                                                            void* stream) {
   Inside inside;
-  if (!serve(inside)) return REAL(cudaMallocAsync)("cudaMallocAsync", ptr, size, stream);
+  if (!serve(inside) || capturing(stream)) {
+    return REAL(cudaMallocAsync)("cudaMallocAsync", ptr, size, stream);
+  }
   return allocate(ptr, size, stream);
 }
 
 __attribute__((visibility("default"))) int cudaFreeAsync(void* ptr, void* stream) {
   Inside inside;
   if (!serve(inside)) return REAL(cudaFreeAsync)("cudaFreeAsync", ptr, stream);
+  if (capturing(stream)) {
+    return keep_freed_in_capture(ptr) ? kSuccess
+                                      : REAL(cudaFreeAsync)("cudaFreeAsync", ptr, stream);
+  }
   const int r = free_ours(ptr, DeviceAllocator::FreeOrder::stream, stream, true);
   return r != kNotOurs ? r : REAL(cudaFreeAsync)("cudaFreeAsync", ptr, stream);
 }
@@ -91,17 +97,22 @@ __attribute__((visibility("default"))) int cudaFreeAsync(void* ptr, void* stream
 __attribute__((visibility("default"))) int cudaMallocAsync_ptsz(void** ptr, std::size_t size,
                                                                 void* stream) {
   Inside inside;
-  if (!serve(inside)) {
+  void* const s = stream != nullptr ? stream : kPerThreadStream;
+  if (!serve(inside) || capturing(s)) {
     return REAL(cudaMallocAsync_ptsz)("cudaMallocAsync_ptsz", ptr, size, stream);
   }
-  return allocate(ptr, size, stream != nullptr ? stream : kPerThreadStream);
+  return allocate(ptr, size, s);
 }
 
 __attribute__((visibility("default"))) int cudaFreeAsync_ptsz(void* ptr, void* stream) {
   Inside inside;
   if (!serve(inside)) return REAL(cudaFreeAsync_ptsz)("cudaFreeAsync_ptsz", ptr, stream);
-  const int r = free_ours(ptr, DeviceAllocator::FreeOrder::stream,
-                          stream != nullptr ? stream : kPerThreadStream, true);
+  void* const s = stream != nullptr ? stream : kPerThreadStream;
+  if (capturing(s)) {
+    return keep_freed_in_capture(ptr) ? kSuccess
+                                      : REAL(cudaFreeAsync_ptsz)("cudaFreeAsync_ptsz", ptr, stream);
+  }
+  const int r = free_ours(ptr, DeviceAllocator::FreeOrder::stream, s, true);
   return r != kNotOurs ? r : REAL(cudaFreeAsync_ptsz)("cudaFreeAsync_ptsz", ptr, stream);
 }
 

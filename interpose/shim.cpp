@@ -1,5 +1,7 @@
 #include "interpose/shim.h"
 
+#include <atomic>
+
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -172,5 +174,28 @@ int free_result(FreeResult result, int not_ours) {
 void* real_runtime(const char* symbol) { return device::real_dlsym(RTLD_NEXT, symbol); }
 
 void* real_driver(const char* base_name) { return device::real_driver_function(base_name); }
+
+bool capturing(void* stream) {
+  if (stream == nullptr) return false;  // the legacy default stream is never captured
+  using IsCapturing = int (*)(void*, int*);
+  static const auto is_capturing = reinterpret_cast<IsCapturing>(real_driver("cuStreamIsCapturing"));
+  int status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
+  return is_capturing != nullptr && is_capturing(stream, &status) == 0 && status != 0;
+}
+
+bool keep_freed_in_capture(void* ptr) {
+  Allocator* a = allocator();
+  if (a == nullptr || ptr == nullptr || a->owner_of(ptr) == nullptr) return false;
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) {
+    try {
+      log().warn("a stream-ordered free during a CUDA graph capture of memory allocated "
+                 "before it ({}): the memory stays allocated (the graph may use it at every "
+                 "replay)", ptr);
+    } catch (...) {  // a warning must never fail the call
+    }
+  }
+  return true;
+}
 
 }  // namespace cudalloc::interpose

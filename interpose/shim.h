@@ -57,6 +57,17 @@ constexpr std::size_t kPitchAlignment = 512;            // row pitch of pitched 
 // (width or height 0) has pitch 0 and size 0, as CUDA reports it.
 Error pitched_size(std::size_t width, std::size_t height, std::size_t* pitch, std::size_t* bytes);
 
+// Stream capture. A stream-ordered allocation on a stream being captured into a CUDA graph
+// must become a graph memory node, as without cudalloc: the graph owns that memory and
+// replays into it. capturing() is the driver's answer (cuStreamIsCapturing), false for the
+// legacy default stream (which cannot be captured) and where the driver cannot say.
+bool capturing(void* stream);
+// A stream-ordered free, on a capturing stream, of memory cudalloc handed out before the
+// capture: the graph's captured work may still use it at every replay, so it is never reused
+// (kept allocated for the life of the process, with one warning). True when `ptr` was
+// cudalloc's (and so is kept).
+bool keep_freed_in_capture(void* ptr);
+
 // Outcome of freeing through cudalloc.
 enum class FreeResult { freed, not_ours, failed };
 FreeResult free_if_ours(void* ptr, DeviceAllocator::FreeOrder order, void* stream, bool ordered_on_stream);

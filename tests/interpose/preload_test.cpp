@@ -7,6 +7,8 @@
 //   preload_test answers   NULL, 0, foreign and huge arguments get the answers CUDA gives on
 //                          an H200, and failures are left for cudaGetLastError
 //   preload_test fork      fork() while threads allocate: every child can allocate
+//   preload_test capture   stream-ordered calls on a stream being captured reach the driver
+//                          (graph memory nodes); memory of cudalloc freed in a capture stays
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -267,6 +269,43 @@ void driver_null_and_bad_answers() {
   check(cudaGetLastError() == g_quiet, "driver failures are not the runtime's last error");
 }
 
+// The stub driver reports this stream as capturing and answers 801 to allocations on it.
+CUstream const kCapturing = reinterpret_cast<CUstream>(0xca97);
+constexpr int kStubGraphNode = 801;
+
+void capture_paths() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW);
+  auto get = lib ? reinterpret_cast<CUresult (*)(const char*, void**, int, cuuint64_t,
+                                                  CUdriverProcAddressQueryResult*)>(
+                       dlsym(lib, "cuGetProcAddress_v2")) : nullptr;
+  void* fn = nullptr;
+  check(get && get("cuMemAllocAsync", &fn, 12000, 0, nullptr) == CUDA_SUCCESS && fn,
+        "capture: cuMemAllocAsync through cuGetProcAddress");
+  auto alloc_async = reinterpret_cast<CUresult (*)(CUdeviceptr*, std::size_t, CUstream)>(fn);
+  get("cuMemFreeAsync", &fn, 12000, 0, nullptr);
+  auto free_async = reinterpret_cast<CUresult (*)(CUdeviceptr, CUstream)>(fn);
+  const long long before = cudalloc_stat("allocated_count", true);
+  CUdeviceptr d = 0;
+  check(alloc_async && static_cast<int>(alloc_async(&d, 4096, kCapturing)) == kStubGraphNode,
+        "capture: an allocation on a capturing stream goes to the driver (a graph node)");
+  check(cudalloc_stat("allocated_count", true) == before, "capture: cudalloc served nothing");
+  // Memory of cudalloc, allocated before the capture, freed inside it: kept.
+  CUdeviceptr mine = 0;
+  const long long live = cudalloc_stat("allocated_count", false);
+  check(alloc_async(&mine, 4096, nullptr) == CUDA_SUCCESS && mine != 0,
+        "capture: an allocation outside the capture is cudalloc's");
+  check(free_async && free_async(mine, kCapturing) == CUDA_SUCCESS,
+        "capture: freeing cudalloc's memory in a capture succeeds");
+  check(cudalloc_stat("allocated_count", false) == live + 1,
+        "capture: and the memory stays allocated (the graph may use it at every replay)");
+  check(static_cast<int>(free_async(0x1234000, kCapturing)) == kStubGraphNode,
+        "capture: a free of foreign memory in a capture goes to the driver");
+  CUdeviceptr other = 0;
+  check(alloc_async(&other, 4096, nullptr) == CUDA_SUCCESS && other != mine,
+        "capture: the kept memory is not handed out again");
+  check(free_async(other, nullptr) == CUDA_SUCCESS, "capture: ordinary free afterwards");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -281,6 +320,10 @@ int main(int argc, char** argv) {
         30, [](void** p, std::size_t n) { return cudaMalloc(p, n) == cudaSuccess; },
         [](void* p) { return cudaFree(p) == cudaSuccess; });
     check(failed == 0, "every child forked while threads allocate can allocate");
+  } else if (mode == "capture") {
+    capture_paths();
+    auto validate = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "cudalloc_validate"));
+    check(validate && validate(-1) == 0, "invariants hold");
   } else if (mode == "disabled") {
     void* p = nullptr;
     check(cudaMalloc(&p, 1000) != cudaSuccess, "disabled: cudaMalloc reaches the real runtime");

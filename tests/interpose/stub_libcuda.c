@@ -14,9 +14,13 @@ int cuMemAlloc_v2(unsigned long long* p, size_t n) { (void)p; (void)n; return NO
 int cuMemFree_v2(unsigned long long p) { (void)p; return NO_DEVICE; }
 /* The other entry points cudalloc hooks: dlsym answers with cudalloc's only for a symbol the
  * real library has. */
-int cuMemAllocAsync(unsigned long long* p, size_t n, void* s) { (void)p; (void)n; (void)s; return NO_DEVICE; }
+int cuMemAllocAsync(unsigned long long* p, size_t n, void* s) {
+  (void)p;
+  (void)n;
+  return s == (void*)0xca97 ? 801 : NO_DEVICE;
+}
 int cuMemAllocAsync_ptsz(unsigned long long* p, size_t n, void* s) { return cuMemAllocAsync(p, n, s); }
-int cuMemFreeAsync(unsigned long long p, void* s) { (void)p; (void)s; return NO_DEVICE; }
+int cuMemFreeAsync(unsigned long long p, void* s) { (void)p; return s == (void*)0xca97 ? 801 : NO_DEVICE; }
 int cuMemFreeAsync_ptsz(unsigned long long p, void* s) { return cuMemFreeAsync(p, s); }
 int cuMemAllocPitch_v2(unsigned long long* p, size_t* pitch, size_t w, size_t h, unsigned e) {
   (void)p; (void)pitch; (void)w; (void)h; (void)e;
@@ -24,6 +28,15 @@ int cuMemAllocPitch_v2(unsigned long long* p, size_t* pitch, size_t w, size_t h,
 }
 int cuMemGetInfo_v2(size_t* f, size_t* t) { (void)f; (void)t; return NO_DEVICE; }
 int cuGetErrorName(int e, const char** s) { (void)e; *s = "CUDA_ERROR_NO_DEVICE"; return 0; }
+/* Stream capture: the stream whose handle is STUB_CAPTURING_STREAM is "being captured"
+ * (preload_test capture); stub allocations on it answer STUB_GRAPH_NODE, so a test sees that
+ * cudalloc passed the call to the driver. */
+#define STUB_CAPTURING_STREAM ((void*)0xca97)
+#define STUB_GRAPH_NODE 801
+int cuStreamIsCapturing(void* stream, int* status) {
+  *status = stream == STUB_CAPTURING_STREAM ? 1 : 0;
+  return 0;
+}
 
 static void* lookup(const char* symbol) {
   if (strcmp(symbol, "cuInit") == 0) return (void*)&cuInit;
@@ -35,6 +48,7 @@ static void* lookup(const char* symbol) {
   if (strcmp(symbol, "cuMemAllocPitch") == 0) return (void*)&cuMemAllocPitch_v2;
   if (strcmp(symbol, "cuMemGetInfo") == 0) return (void*)&cuMemGetInfo_v2;
   if (strcmp(symbol, "cuGetErrorName") == 0) return (void*)&cuGetErrorName;
+  if (strcmp(symbol, "cuStreamIsCapturing") == 0) return (void*)&cuStreamIsCapturing;
   return NULL;
 }
 
