@@ -14,11 +14,13 @@ the first CUDA tensor exists, so enable() belongs at the very top of a script::
     x = torch.randn(1024, 1024, device="cuda")
     y = x @ x
     del x, y
-    print(cudalloc.memory_summary())   # torch.cuda.memory_summary() does not work with
-    print(cudalloc.stats()["reserved_bytes"])  # pluggable allocators; these do
+    print(torch.cuda.memory_summary())  # cudalloc's figures under PyTorch's names
+    print(cudalloc.stats()["reserved_bytes"])
 
-torch.cuda.empty_cache(), torch.cuda.set_per_process_memory_fraction() and
-Tensor.record_stream() reach cudalloc through PyTorch's allocator hooks.
+With the PyTorch adapter built (libcudalloc_torch.so beside libcudalloc.so) every PyTorch
+memory feature works as with PyTorch's own allocator (docs/pytorch.md); without it enable()
+falls back to CUDAPluggableAllocator, where torch.cuda.empty_cache(),
+set_per_process_memory_fraction(), Tensor.record_stream() and the stats functions work.
 
 With the host tier (CUDALLOC_CONF=offload:host), offload() and prefetch() move a live
 tensor's memory to host / device memory at the same address, and the tensor stays a CUDA
