@@ -108,6 +108,22 @@ class MirrorTest(unittest.TestCase):
             self.assertTrue(hasattr(cudalloc, name), name)
         self.assertEqual(cudalloc.MAX_STATS, 64)  # CUDALLOC_MAX_STATS
 
+    def test_library_of_another_api_version_is_refused(self):
+        class Other:
+            def __init__(self, version):
+                self.cudalloc_version = lambda: version
+        cudalloc._capi._check_version(Other(100), "/x/libcudalloc.so")  # 0.1.0: accepted
+        cudalloc._capi._check_version(Other(107), "/x/libcudalloc.so")  # 0.1.7: a patch
+        for version in (200, 10100, 99):  # 0.2.0, 1.1.0, 0.0.99
+            with self.assertRaises(cudalloc.CudallocError) as e:
+                cudalloc._capi._check_version(Other(version), "/x/libcudalloc.so")
+            self.assertIn("/x/libcudalloc.so", str(e.exception))
+            self.assertIn("0.1", str(e.exception))
+
+    def test_paths_beside_the_library(self):
+        self.assertTrue(cudalloc.preload_path().endswith("libcudalloc_preload.so"))
+        self.assertTrue(os.access(cudalloc.cli_path(), os.X_OK))
+
     def test_version(self):
         major, minor, patch = (int(p) for p in cudalloc.version().split("."))
         self.assertEqual(major * 10000 + minor * 100 + patch, lib().cudalloc_version())

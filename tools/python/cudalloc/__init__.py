@@ -1,8 +1,13 @@
 """cudalloc from Python: install it as PyTorch's CUDA allocator and read its statistics.
 
-Pure Python over ctypes; nothing to compile. The library (libcudalloc.so) is found on first
-use: $CUDALLOC_LIBRARY if set (and then only that path), else next to this package, else in
-the build folder of a source checkout, else through the dynamic loader.
+`pip install .` in a checkout puts the libraries and the CLI inside this package; then
+preload_path() is the path to give LD_PRELOAD, and `python -m cudalloc` (or the `cudalloc`
+command) runs the CLI.
+
+Pure Python over ctypes. The library (libcudalloc.so) is found on first use:
+$CUDALLOC_LIBRARY if set (and then only that path), else inside this package, else in the
+build folder of a source checkout, else through the dynamic loader; one whose C API version
+differs from this module's (API_VERSION) is refused with an error saying so.
 
 PyTorch can swap its CUDA allocator only before the allocator is initialised, that is before
 the first CUDA tensor exists, so enable() belongs at the very top of a script::
@@ -34,8 +39,9 @@ tensor throughout; no kernel may use it while the call runs::
 
 # The public names live in four modules: _capi (the C API: loading, control, statistics,
 # snapshots), torch (enable() into PyTorch), offload (the host tier) and summary.
-from ._capi import (LIBRARY_NAME, MAX_STATS, CudallocError, device_count, dump_snapshot,
-                    empty_cache, library_path, reset_peak_stats, set_memory_fraction,
+from ._capi import (API_VERSION, LIBRARY_NAME, MAX_STATS, CudallocError, cli_path,
+                    device_count, dump_snapshot, empty_cache, library_path, preload_path,
+                    reset_peak_stats, set_memory_fraction,
                     set_memory_limit, snapshot, stat_names, stats, torch_memory_stats,
                     validate, version)
 from .offload import (offload, offload_optimizer_state, prefetch, prefetch_optimizer_state,
@@ -48,7 +54,7 @@ CudallocError.__module__ = TooLateError.__module__ = __name__
 
 __all__ = [
     "CudallocError", "TooLateError", "enable", "is_enabled", "mode", "adapter_path",
-    "library_path", "stats", "stat_names", "torch_memory_stats", "empty_cache",
+    "library_path", "preload_path", "cli_path", "stats", "stat_names", "torch_memory_stats", "empty_cache",
     "reset_peak_stats", "set_memory_fraction",
     "set_memory_limit", "validate", "version", "device_count", "memory_summary",
     "snapshot", "dump_snapshot", "offload", "prefetch", "promote", "residency",

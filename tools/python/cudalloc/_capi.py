@@ -8,7 +8,13 @@ import os
 import threading
 
 LIBRARY_NAME = "libcudalloc.so"
+PRELOAD_NAME = "libcudalloc_preload.so"
+CLI_NAMES = ("cudalloc-cli", "cudalloc")  # in this package, in a build folder
 MAX_STATS = 64  # CUDALLOC_MAX_STATS in cudalloc.h
+# The C API this module speaks: a library of the same major and minor version, or a later
+# patch (cudalloc_version() = MAJOR * 10000 + MINOR * 100 + PATCH). Within 0.x a new minor
+# version may change the ABI.
+API_VERSION = (0, 1)
 
 
 class CudallocError(RuntimeError):
@@ -102,6 +108,7 @@ def _load():
         except OSError as e:
             tried.append(f"{what} ({e})")
             continue
+        _check_version(lib, what)
         _declare(lib)
         return lib, what
     hint = ("CUDALLOC_LIBRARY is set, so nothing else was tried"
@@ -109,6 +116,20 @@ def _load():
             else "set CUDALLOC_LIBRARY to the path of libcudalloc.so")
     raise CudallocError("cannot load libcudalloc.so; tried:\n  " + "\n  ".join(tried)
                         + f"\n({hint})")
+
+
+def _check_version(lib, path):
+    try:
+        lib.cudalloc_version.restype = ctypes.c_int
+        version = int(lib.cudalloc_version())
+    except AttributeError:
+        raise CudallocError(f"{path} has no cudalloc_version(): not a cudalloc library") from None
+    major, minor = version // 10000, version // 100 % 100
+    if (major, minor) != API_VERSION:
+        raise CudallocError(
+            f"{path} is cudalloc {major}.{minor}.{version % 100}, but this Python module "
+            f"speaks the C API of {API_VERSION[0]}.{API_VERSION[1]}: install the module and "
+            "the library from the same build (pip install . builds both)")
 
 
 def _lib():
@@ -122,6 +143,31 @@ def library_path():
     """The path (or loader name) libcudalloc.so was loaded from; loads it if needed."""
     _lib()
     return _state["path"]
+
+
+def _beside_library(names, what):
+    """The first of `names` in this package, beside the loaded library, or in the checkout's
+    build folder."""
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    places = [pkg, os.path.dirname(os.path.abspath(library_path()))]
+    places += [os.path.normpath(os.path.join(pkg, *up, "build"))
+               for up in (["..", ".."], ["..", "..", ".."])]
+    for place in places:
+        for name in names:
+            path = os.path.join(place, name)
+            if os.path.isfile(path):
+                return path
+    raise CudallocError(f"no {what} ({' or '.join(names)}) in " + ", ".join(places))
+
+
+def preload_path():
+    """The path of libcudalloc_preload.so, for LD_PRELOAD."""
+    return _beside_library([PRELOAD_NAME], "preload library")
+
+
+def cli_path():
+    """The path of the cudalloc command-line tool's binary."""
+    return _beside_library(list(CLI_NAMES), "cudalloc CLI")
 
 
 def _text(raw):
