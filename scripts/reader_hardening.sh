@@ -58,6 +58,9 @@ write('cudalloc_device_2_31.json', '{"segments": [], "cudalloc": {"devices": [{"
 write('cudalloc_slab_negative.json', '{"segments": [], "cudalloc": {"devices": [{"device": 0, "slabs": [{"address": 4096, "bytes": -1}]}]}}')
 write('garbage.txt', 'not a trace')
 write('number.json', '5')
+write('foo.json', '{"foo": 1}')
+write('profiler.json', '{"traceEvents": [{"ph": "X", "name": "kernel", "ts": 0, "dur": 5}]}')
+write('foo.pickle', pickle.dumps({'foo': [1, 2]}, protocol=2))
 write('empty', '')
 import random; random.seed(7); write('random.bin', bytes(random.randrange(256) for _ in range(4096)))
 EOF
@@ -158,6 +161,9 @@ each "non-snapshot: text" 2 "not a JSON snapshot|malformed JSON at byte" garbage
 each "non-snapshot: random bytes" 2 "not a JSON snapshot|malformed JSON|pickle:" random.bin
 each "non-snapshot: a JSON number" 2 "not a JSON snapshot|no segments list|not a snapshot" number.json replay inspect view
 each "non-snapshot: empty file" 2 "not a JSON snapshot|malformed JSON|is empty" empty
+each "non-snapshot: {\"foo\": 1}" 2 "is not a memory snapshot: a JSON object without \"segments\" or \"device_traces\" \(its keys: \"foo\"\)" foo.json
+each "non-snapshot: a profiler trace" 2 "is a profiler trace \(Chrome trace format, traceEvents\), not a memory snapshot" profiler.json
+each "non-snapshot: a pickle of something else" 2 "is not a memory snapshot|has no device_traces" foo.pickle
 
 if [ "$mode" = --check ]; then
   echo "$failures failure(s)"

@@ -34,12 +34,20 @@ class TraceSax : public JsonEvents {
   bool end_array() override { return close(); }
   bool key(string_t& k) override {
     key_ = k;
-    if (depth_ == 1) top_key_ = k;
+    if (depth_ == 1) {
+      top_key_ = k;
+      top_keys_.push_back(k);
+    }
     return true;
   }
 
  private:
   bool in_traces() const { return top_key_ == "device_traces"; }
+
+ public:
+  const std::vector<std::string>& top_keys() const { return top_keys_; }
+
+ private:
   bool in_meta() const { return top_key_ == "meta"; }
 
   // device_traces must be a list (level 2) of lists (3) of objects (4), as trace_from_document
@@ -103,6 +111,7 @@ class TraceSax : public JsonEvents {
   int device_ = -1;
   std::string key_;
   std::string top_key_;
+  std::vector<std::string> top_keys_;  // the document's keys, in order
   json event_;
   std::uint64_t index_ = 0;
   std::vector<json*> building_;
@@ -146,6 +155,10 @@ bool TraceSax::finish_event() {
 bool read_json_stream(InputFile& in, TraceFile* out, std::string* error) {
   TraceSax sax(out);
   if (!parse_json_events(in, &sax, error)) return false;
+  if (!is_snapshot_keys(sax.top_keys())) {
+    *error = not_a_snapshot(sax.top_keys());
+    return false;
+  }
   out->format = "json";
   return true;
 }

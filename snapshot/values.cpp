@@ -176,8 +176,37 @@ bool check_event(const json& event, std::string* error) {
   return check_fields(event, kEventFields, error);
 }
 
+bool is_snapshot_keys(const std::vector<std::string>& keys) {
+  for (const std::string& k : keys) {
+    if (k == "segments" || k == "device_traces") return true;
+  }
+  return false;
+}
+
+std::string not_a_snapshot(const std::vector<std::string>& keys) {
+  for (const std::string& k : keys) {
+    if (k == "traceEvents") {
+      return "is a profiler trace (Chrome trace format, traceEvents), not a memory snapshot: "
+             "record one with torch.cuda.memory._record_memory_history or CUDALLOC_CONF";
+    }
+  }
+  std::string listed;
+  for (std::size_t i = 0; i < keys.size() && i < 6; ++i) {
+    listed += (i ? ", " : "") + std::string("\"") + keys[i] + "\"";
+  }
+  if (keys.size() > 6) listed += ", ...";
+  return "is not a memory snapshot: a JSON object without \"segments\" or \"device_traces\"" +
+         (listed.empty() ? std::string(" (it is empty)") : " (its keys: " + listed + ")");
+}
+
 bool check_document(const json& doc, std::string* error) {
   if (!doc.is_object()) return true;
+  std::vector<std::string> keys;
+  for (auto it = doc.begin(); it != doc.end(); ++it) keys.push_back(it.key());
+  if (!is_snapshot_keys(keys)) {
+    *error = not_a_snapshot(keys);
+    return false;
+  }
   if (!check_list(doc, "segments", "", error, check_segment)) return false;
   auto traces = doc.find("device_traces");
   if (traces != doc.end() && !check_device_traces(*traces, error)) return false;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/device_allocator.h"
 
@@ -38,5 +39,10 @@ bool check_event(const nlohmann::json& event, std::string* error);
 // "device_traces" a list of lists of valid events; the devices of cudalloc's section.
 // False with *error saying where ("segments[2].blocks[0]: ...").
 bool check_document(const nlohmann::json& doc, std::string* error);
+// What a JSON object whose top-level keys are `keys` is, when it has neither "segments" nor
+// "device_traces" (so is not a memory snapshot): the message every reader gives for it.
+std::string not_a_snapshot(const std::vector<std::string>& keys);
+// True when an object with these top-level keys is a memory snapshot.
+bool is_snapshot_keys(const std::vector<std::string>& keys);
 
 }  // namespace cudalloc::snapshot
