@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "api/hooks.h"
 #include "api/options.h"
 #include "api/runtime.h"
 #include "core/log.h"
@@ -93,7 +94,14 @@ Error allocate_on_current(void** ptr, std::size_t size, void* stream) {
   DeviceAllocator* d = current_device(&err);
   if (d == nullptr) return err;
   try {
-    return d->allocate(size, reinterpret_cast<StreamHandle>(stream), ptr);
+    const Error e = d->allocate(size, reinterpret_cast<StreamHandle>(stream), ptr);
+    // snapshot_on_oom, as through the C API. Writing the snapshot allocates host memory on
+    // this error path: only when the user asked for it, never with a lock held, and a
+    // failure to write it is reported by the hook and changes nothing here.
+    if (e == Error::out_of_memory && !d->settings().snapshot_on_oom.empty()) {
+      if (OutOfMemoryHook hook = out_of_memory_hook()) hook(d->ordinal());
+    }
+    return e;
   } catch (...) {
     return Error::internal;
   }

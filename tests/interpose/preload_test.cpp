@@ -7,6 +7,7 @@
 //   preload_test answers   NULL, 0, foreign and huge arguments get the answers CUDA gives on
 //                          an H200, and failures are left for cudaGetLastError
 //   preload_test fork      fork() while threads allocate: every child can allocate
+//   preload_test oom PATH  an allocation past the limit fails and snapshot_on_oom wrote PATH
 //   preload_test capture   stream-ordered calls on a stream being captured reach the driver
 //                          (graph memory nodes); memory of cudalloc freed in a capture stays
 #include <cuda.h>
@@ -320,6 +321,17 @@ int main(int argc, char** argv) {
         30, [](void** p, std::size_t n) { return cudaMalloc(p, n) == cudaSuccess; },
         [](void* p) { return cudaFree(p) == cudaSuccess; });
     check(failed == 0, "every child forked while threads allocate can allocate");
+  } else if (mode == "oom" && argc > 2) {
+    std::remove(argv[2]);
+    void* p = nullptr;
+    check(cudaMalloc(&p, std::size_t{1} << 30) == cudaErrorMemoryAllocation,
+          "oom: an allocation past the limit fails");
+    FILE* f = std::fopen(argv[2], "r");
+    char head[16] = {};
+    check(f != nullptr && std::fread(head, 1, sizeof head - 1, f) > 0 && head[0] == '{',
+          "oom: snapshot_on_oom wrote the snapshot under LD_PRELOAD");
+    if (f != nullptr) std::fclose(f);
+    std::remove(argv[2]);
   } else if (mode == "capture") {
     capture_paths();
     auto validate = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "cudalloc_validate"));
