@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "cli/usage.h"
 #include "snapshot/pickle.h"
 #include "snapshot/trace_reader.h"
@@ -67,6 +68,7 @@ int convert_command(const Args& args) {
     std::fprintf(stderr, "cudalloc convert: cannot write %s\n", out.c_str());
     return 1;
   }
+  report_written(out);
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 
 namespace cudalloc::cli {
@@ -22,5 +23,9 @@ class Progress {
   bool enabled_;
   std::chrono::steady_clock::time_point start_;
 };
+
+// Prints "wrote PATH (SIZE)" on `to` (stdout; stderr where stdout carries --json): every
+// command that writes a file says so, with the size of what it wrote.
+void report_written(const std::string& path, std::FILE* to = stdout);
 
 }  // namespace cudalloc::cli

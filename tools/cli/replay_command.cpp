@@ -200,6 +200,8 @@ int replay_one(const ReplayArgs& args, const Settings& settings, const std::stri
       std::fprintf(stderr, "cudalloc replay: cannot write %s\n", args.snapshot.c_str());
       return 1;
     }
+    file.close();
+    report_written(args.snapshot, stderr);  // stdout may be --json
   }
   return 0;
 }

@@ -87,8 +87,8 @@ int view_command(const Args& args) {
     std::fprintf(stderr, "cudalloc view: cannot write %s\n", v.output.c_str());
     return 1;
   }
-  progress.step("wrote " + v.output);
-  std::printf("%s\n", v.output.c_str());
+  out.close();
+  report_written(v.output);
   return 0;
 }
 
