@@ -10,6 +10,7 @@
 #include "view/html_page.h"
 #include "view/segment_map.h"
 #include "view/snapshot_diff.h"
+#include "view/snapshot_fields.h"
 #include "view/timeline.h"
 
 using namespace cudalloc;
@@ -194,4 +195,28 @@ TEST_CASE("segment map: blocks with recorded stacks say where they were allocate
   CHECK(rows[2][5] == 0);
   CHECK(allocation_site(b).empty());
   CHECK(allocation_site(a, 1) == "make_buffers (train.py:42)");
+}
+
+TEST_CASE("segment map: the host tier is drawn as host memory, not device memory", "[view]") {
+  json device_seg = {{"address", 0x10000}, {"total_size", 0x1000}, {"stream", 0},
+                     {"blocks", json::array({block(0x10000, 0x1000, "active_allocated")})}};
+  json host_seg = device_seg;
+  host_seg["address"] = 0x20000;
+  host_seg["host_size"] = 0x1000;
+  host_seg["blocks"][0]["address"] = 0x20000;
+  json mixed_seg = device_seg;
+  mixed_seg["address"] = 0x30000;
+  mixed_seg["host_size"] = 0x400;
+  mixed_seg["blocks"][0]["address"] = 0x30000;
+  const json map = segment_map_json({&device_seg, &host_seg, &mixed_seg}, {}, 100);
+  REQUIRE(map["segments"].size() == 3);
+  CHECK(map["segments"][0]["location"] == "device");
+  CHECK(map["segments"][1]["location"] == "host");
+  CHECK(map["segments"][1]["host_bytes"] == 0x1000);
+  CHECK(map["segments"][2]["location"] == "mixed");
+  CHECK(segment_device_bytes(mixed_seg) == 0xc00);
+  json broken = device_seg;
+  broken["host_size"] = 0x5000;  // more than the segment: capped, never a negative device size
+  CHECK(segment_host_bytes(broken) == 0x1000);
+  CHECK(segment_device_bytes(broken) == 0);
 }

@@ -11,6 +11,7 @@
 #include "cli/usage.h"
 #include "snapshot/trace_reader.h"
 #include "util/units.h"
+#include "view/snapshot_fields.h"
 
 namespace cudalloc::cli {
 namespace {
@@ -18,7 +19,7 @@ namespace {
 using nlohmann::json;
 
 struct DeviceSummary {
-  std::uint64_t reserved = 0, allocated = 0, active = 0, requested = 0;
+  std::uint64_t reserved = 0, host = 0, allocated = 0, active = 0, requested = 0;
   std::uint64_t free_total = 0, largest_free = 0, free_too_small = 0;
   std::uint64_t free_blocks = 0, allocations = 0;
   std::vector<const json*> segments;
@@ -34,7 +35,8 @@ std::map<int, DeviceSummary> summarize(const json& doc, std::uint64_t size) {
   for (const json& seg : doc["segments"]) {  // by reference: summaries point into doc
     DeviceSummary& d = devices[seg.value("device", 0)];
     d.segments.push_back(&seg);
-    d.reserved += u64(seg, "total_size");
+    d.reserved += view::segment_device_bytes(seg);  // the host tier is beside it, not in it
+    d.host += view::segment_host_bytes(seg);
     d.allocated += u64(seg, "allocated_size");
     d.active += u64(seg, "active_size");
     d.requested += u64(seg, "requested_size");
@@ -85,8 +87,10 @@ void print_device(int device, const DeviceSummary& d, std::uint64_t size, std::s
   std::printf("  reserved   %12s\n  allocated  %12s  (%llu allocations, %s requested)\n",
               fb(d.reserved).c_str(), fb(d.allocated).c_str(),
               static_cast<unsigned long long>(d.allocations), fb(d.requested).c_str());
-  std::printf("  active     %12s\n  cached     %12s  (reserved - active)\n", fb(d.active).c_str(),
-              fb(d.reserved - d.active).c_str());
+  if (d.host != 0) std::printf("  host tier  %12s  (host memory, not in reserved)\n", fb(d.host).c_str());
+  const std::uint64_t held = d.reserved + d.host;
+  std::printf("  active     %12s\n  cached     %12s  (reserved%s - active)\n", fb(d.active).c_str(),
+              fb(held > d.active ? held - d.active : 0).c_str(), d.host ? " + host tier" : "");
   std::printf("  free: %s in %llu blocks, largest %s (%.1f%% of free)\n", fb(d.free_total).c_str(),
               static_cast<unsigned long long>(d.free_blocks), fb(d.largest_free).c_str(),
               d.free_total ? 100.0 * double(d.largest_free) / double(d.free_total) : 100.0);
@@ -122,10 +126,11 @@ json device_json(int device, const DeviceSummary& d, std::uint64_t size) {
   return {{"device", device},
           {"segments", d.segments.size()},
           {"reserved_bytes", d.reserved},
+          {"host_reserved_bytes", d.host},
           {"allocated_bytes", d.allocated},
           {"active_bytes", d.active},
           {"requested_bytes", d.requested},
-          {"cached_bytes", d.reserved - d.active},
+          {"cached_bytes", d.reserved + d.host > d.active ? d.reserved + d.host - d.active : 0},
           {"allocations", d.allocations},
           {"free_blocks", d.free_blocks},
           {"free_bytes", d.free_total},

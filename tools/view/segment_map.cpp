@@ -99,7 +99,8 @@ json segment_json(const json& seg, const std::vector<Block>& blocks) {
           {"type", text("segment_type", "")},
           {"expandable",
            expandable != seg.end() && expandable->is_boolean() && expandable->get<bool>()},
-          {"location", text("location", "device")},
+          {"location", segment_location(seg)},
+          {"host_bytes", segment_host_bytes(seg)},
           {"pages", pages_json(seg)},
           {"blocks", std::move(rows)}};
 }

@@ -1,5 +1,7 @@
 #include "view/snapshot_fields.h"
 
+#include <algorithm>
+
 namespace cudalloc::view {
 
 using nlohmann::json;
@@ -19,6 +21,20 @@ const json* cudalloc_device_info(const json& doc, int device) {
     if (id != d.end() && id->is_number_integer() && id->get<int>() == device) return &d;
   }
   return nullptr;
+}
+
+std::uint64_t segment_host_bytes(const nlohmann::json& seg) {
+  return std::min(u64(seg, "host_size"), u64(seg, "total_size"));
+}
+
+std::uint64_t segment_device_bytes(const nlohmann::json& seg) {
+  return u64(seg, "total_size") - segment_host_bytes(seg);
+}
+
+const char* segment_location(const nlohmann::json& seg) {
+  const std::uint64_t host = segment_host_bytes(seg);
+  if (host == 0) return "device";
+  return host == u64(seg, "total_size") ? "host" : "mixed";
 }
 
 }  // namespace cudalloc::view

@@ -10,6 +10,14 @@ namespace cudalloc::view {
 // j[key] as an unsigned integer; 0 when absent or not an integer.
 std::uint64_t u64(const nlohmann::json& j, const char* key);
 
+// A segment's bytes in host memory (cudalloc's host tier: "host_size") and on the device
+// (total_size - host_size). Device memory is what "reserved" means everywhere; the host tier
+// is reported beside it, never in it, as cudalloc's stats count it.
+std::uint64_t segment_host_bytes(const nlohmann::json& seg);
+std::uint64_t segment_device_bytes(const nlohmann::json& seg);
+// "device", "host" (all of it on the host) or "mixed" (a paged run partly on the host).
+const char* segment_location(const nlohmann::json& seg);
+
 // The entry of the snapshot's cudalloc.devices list for `device`, or null when there is none.
 const nlohmann::json* cudalloc_device_info(const nlohmann::json& doc, int device);
 

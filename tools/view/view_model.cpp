@@ -27,7 +27,7 @@ SlabRanges slab_ranges(const json* device_info) {
 }
 
 struct Summary {
-  std::uint64_t reserved = 0, allocated = 0, active = 0, requested = 0;
+  std::uint64_t reserved = 0, host = 0, allocated = 0, active = 0, requested = 0;
   std::uint64_t free_bytes = 0, free_blocks = 0, largest_free = 0;
   std::uint64_t allocations = 0, pending_blocks = 0;  // blocks allocated / waiting for events
 };
@@ -35,7 +35,8 @@ struct Summary {
 Summary summarize(const std::vector<const json*>& segments) {
   Summary s;
   for (const json* seg : segments) {
-    s.reserved += u64(*seg, "total_size");
+    s.reserved += segment_device_bytes(*seg);
+    s.host += segment_host_bytes(*seg);
     s.allocated += u64(*seg, "allocated_size");
     s.active += u64(*seg, "active_size");
     s.requested += u64(*seg, "requested_size");
@@ -57,11 +58,15 @@ Summary summarize(const std::vector<const json*>& segments) {
 json summary_json(const Summary& s, std::size_t segments) {
   return {{"segments", segments},
           {"reserved", s.reserved},
+          {"host_reserved", s.host},
           {"allocated", s.allocated},
           {"active", s.active},
           {"requested", s.requested},
-          {"cached", s.reserved > s.active ? s.reserved - s.active : 0},
-          {"reserved_unallocated", s.reserved > s.allocated ? s.reserved - s.allocated : 0},
+          // As cudalloc's stats define it: memory held (device and host tier) under no
+          // active allocation.
+          {"cached", s.reserved + s.host > s.active ? s.reserved + s.host - s.active : 0},
+          {"reserved_unallocated",
+           s.reserved + s.host > s.allocated ? s.reserved + s.host - s.allocated : 0},
           {"allocations", s.allocations},
           {"pending_blocks", s.pending_blocks},
           {"free_blocks", s.free_blocks},

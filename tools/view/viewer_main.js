@@ -3,13 +3,17 @@
 
 function summaryPanel(device) {
   const s = device.summary;
+  const hostTier = s.host_reserved ? [["host tier (host memory, not reserved)",
+                                         formatBytes(s.host_reserved)]] : [];
   return panel("Now (when the snapshot was taken)", figures([
-    ["reserved", formatBytes(s.reserved)],
+    ["reserved (device memory)", formatBytes(s.reserved)],
+    ...hostTier,
     ["allocated", formatBytes(s.allocated) + " in " + plural(s.allocations, "block")],
     ["requested", formatBytes(s.requested)],
     ["pending free", formatBytes(Math.max(0, s.active - s.allocated)) + " in " +
                      plural(s.pending_blocks, "block")],
-    ["cached (reserved - active)", formatBytes(s.cached)],
+    [s.host_reserved ? "cached (reserved + host tier - active)" : "cached (reserved - active)",
+     formatBytes(s.cached)],
     ["segments", formatCount(s.segments)],
   ]));
 }
