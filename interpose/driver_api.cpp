@@ -157,6 +157,32 @@ __attribute__((visibility("default"))) int cuStreamDestroy_v2(CUstream stream) {
   return REAL(cuStreamDestroy_v2)("cuStreamDestroy", stream);
 }
 
+// Captures are counted (core/captures.h): while one is underway nothing fences frees. The
+// statically linked runtime's cudaStreamBeginCapture arrives here.
+__attribute__((visibility("default"))) int cuStreamBeginCapture_v2(CUstream stream, int mode) {
+  Inside inside;
+  const int r = REAL(cuStreamBeginCapture_v2)("cuStreamBeginCapture", stream, mode);
+  if (r == kSuccess && serve(inside)) capture_began(stream);
+  return r;
+}
+
+__attribute__((visibility("default"))) int cuStreamBeginCapture_v2_ptsz(CUstream stream,
+                                                                        int mode) {
+  return cuStreamBeginCapture_v2(stream != nullptr ? stream : kPerThreadStream, mode);
+}
+
+__attribute__((visibility("default"))) int cuStreamEndCapture(CUstream stream, void** graph) {
+  Inside inside;
+  const int r = REAL(cuStreamEndCapture)("cuStreamEndCapture", stream, graph);
+  if (serve(inside)) capture_ended(stream);  // ended also when it failed
+  return r;
+}
+
+__attribute__((visibility("default"))) int cuStreamEndCapture_ptsz(CUstream stream,
+                                                                   void** graph) {
+  return cuStreamEndCapture(stream != nullptr ? stream : kPerThreadStream, graph);
+}
+
 // cudaDeviceReset of a statically linked runtime arrives here: everything cudalloc holds on
 // the device goes back before the context's memory does.
 __attribute__((visibility("default"))) int cuDevicePrimaryCtxReset_v2(int device) {

@@ -229,6 +229,35 @@ __attribute__((visibility("default"))) int cudaStreamDestroy(void* stream) {
   return REAL(cudaStreamDestroy)("cudaStreamDestroy", stream);
 }
 
+// Captures are counted (core/captures.h): while one is underway nothing fences frees.
+__attribute__((visibility("default"))) int cudaStreamBeginCapture(void* stream, int mode) {
+  Inside inside;
+  const int r = REAL(cudaStreamBeginCapture)("cudaStreamBeginCapture", stream, mode);
+  if (r == kSuccess && serve(inside)) capture_began(stream);
+  return r;
+}
+
+__attribute__((visibility("default"))) int cudaStreamEndCapture(void* stream, void** graph) {
+  Inside inside;
+  const int r = REAL(cudaStreamEndCapture)("cudaStreamEndCapture", stream, graph);
+  if (serve(inside)) capture_ended(stream);  // ended also when it failed
+  return r;
+}
+
+__attribute__((visibility("default"))) int cudaStreamBeginCapture_ptsz(void* stream, int mode) {
+  Inside inside;
+  const int r = REAL(cudaStreamBeginCapture_ptsz)("cudaStreamBeginCapture_ptsz", stream, mode);
+  if (r == kSuccess && serve(inside)) capture_began(stream != nullptr ? stream : kPerThreadStream);
+  return r;
+}
+
+__attribute__((visibility("default"))) int cudaStreamEndCapture_ptsz(void* stream, void** graph) {
+  Inside inside;
+  const int r = REAL(cudaStreamEndCapture_ptsz)("cudaStreamEndCapture_ptsz", stream, graph);
+  if (serve(inside)) capture_ended(stream != nullptr ? stream : kPerThreadStream);
+  return r;
+}
+
 }  // extern "C"
 
 #undef REAL

@@ -11,6 +11,7 @@
 #include "api/hooks.h"
 #include "api/options.h"
 #include "api/runtime.h"
+#include "core/captures.h"
 #include "core/log.h"
 #include "device/cuda_device.h"
 #include "device/real_dlsym.h"
@@ -189,6 +190,17 @@ bool capturing(void* stream) {
   static const auto is_capturing = reinterpret_cast<IsCapturing>(real_driver("cuStreamIsCapturing"));
   int status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
   return is_capturing != nullptr && is_capturing(stream, &status) == 0 && status != 0;
+}
+
+void capture_began(void* stream) {
+  try {
+    Captures::process().began(reinterpret_cast<std::uintptr_t>(stream));
+  } catch (...) {  // no memory for the record: then fences may end this capture, no worse
+  }
+}
+
+void capture_ended(void* stream) {
+  Captures::process().ended(reinterpret_cast<std::uintptr_t>(stream));
 }
 
 bool keep_freed_in_capture(void* ptr) {

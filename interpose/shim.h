@@ -68,6 +68,10 @@ bool capturing(void* stream);
 // cudalloc's (and so is kept).
 bool keep_freed_in_capture(void* ptr);
 
+// A capture of `stream` began / ended (core/captures.h: no fence meanwhile).
+void capture_began(void* stream);
+void capture_ended(void* stream);
+
 // Outcome of freeing through cudalloc.
 enum class FreeResult { freed, not_ours, failed };
 FreeResult free_if_ours(void* ptr, DeviceAllocator::FreeOrder order, void* stream, bool ordered_on_stream);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "core/captures.h"
 #include "core/log.h"
 #include "util/units.h"
 
@@ -130,11 +131,14 @@ Error DeviceAllocator::allocate_locked(std::size_t size, StreamHandle stream,
     if (const Error err = try_allocate(pool, cached, addr, owner); err != Error::out_of_memory) {
       return err;
     }
-    if (fence_due()) deferred_.fence();
+    // Not while a graph is being captured (captures.h): the fence would end the capture.
+    if (fence_due() && !Captures::process().underway()) deferred_.fence();
   }
   Error err = try_allocate(pool, request, addr, owner);
   if (err != Error::out_of_memory) return err;
-  // OOM path: return every unused segment, then try once more.
+  // OOM path: return every unused segment, then try once more; releasing synchronizes the
+  // device, which would end a capture underway, so then the request fails instead.
+  if (Captures::process().underway()) return out_of_memory(size, pool.stream);
   release_cached_memory();
   err = try_allocate(pool, request, addr, owner);
   if (err == Error::ok) ledger_.retry();

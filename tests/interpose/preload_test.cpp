@@ -270,6 +270,9 @@ void driver_null_and_bad_answers() {
   check(cudaGetLastError() == g_quiet, "driver failures are not the runtime's last error");
 }
 
+template <typename GetProc>
+void capture_and_fences(GetProc get);
+
 // The stub driver reports this stream as capturing and answers 801 to allocations on it.
 CUstream const kCapturing = reinterpret_cast<CUstream>(0xca97);
 constexpr int kStubGraphNode = 801;
@@ -305,6 +308,41 @@ void capture_paths() {
   check(alloc_async(&other, 4096, nullptr) == CUDA_SUCCESS && other != mine,
         "capture: the kept memory is not handed out again");
   check(free_async(other, nullptr) == CUDA_SUCCESS, "capture: ordinary free afterwards");
+  capture_and_fences(get);
+}
+
+// While a capture is underway nothing fences device-ordered frees (a fence would end the
+// capture); after it ends the next allocation that needs the memory fences as usual.
+template <typename GetProc>
+void capture_and_fences(GetProc get) {
+  auto proc = [&](const char* name) {
+    void* fn = nullptr;
+    return get(name, &fn, 12000, 0, nullptr) == CUDA_SUCCESS ? fn : nullptr;
+  };
+  auto stream_create = reinterpret_cast<CUresult (*)(CUstream*, unsigned)>(proc("cuStreamCreate"));
+  auto begin = reinterpret_cast<CUresult (*)(CUstream, int)>(proc("cuStreamBeginCapture"));
+  auto end = reinterpret_cast<CUresult (*)(CUstream, void**)>(proc("cuStreamEndCapture"));
+  auto mem_alloc = reinterpret_cast<CUresult (*)(CUdeviceptr*, std::size_t)>(proc("cuMemAlloc"));
+  auto mem_free = reinterpret_cast<CUresult (*)(CUdeviceptr)>(proc("cuMemFree"));
+  CUstream created = nullptr;
+  check(stream_create && begin && end && mem_alloc && mem_free &&
+            stream_create(&created, 0) == CUDA_SUCCESS,
+        "capture: stream and capture entry points through cuGetProcAddress");
+  constexpr std::size_t kBig = std::size_t{64} << 20;
+  CUdeviceptr a = 0, b = 0, c = 0;
+  check(mem_alloc(&a, kBig) == CUDA_SUCCESS, "capture: cuMemAlloc");
+  check(mem_free(a) == CUDA_SUCCESS, "capture: cuMemFree (device-ordered)");
+  const long long fences = cudalloc_stat("fences", true);
+  check(begin(created, 0) == CUDA_SUCCESS, "capture: cuStreamBeginCapture");
+  check(mem_alloc(&b, kBig) == CUDA_SUCCESS && b != a,
+        "capture: during a capture the freed memory waits (new memory instead)");
+  check(cudalloc_stat("fences", true) == fences, "capture: no fence while a capture is underway");
+  void* graph = nullptr;
+  check(end(created, &graph) == CUDA_SUCCESS, "capture: cuStreamEndCapture");
+  check(mem_free(b) == CUDA_SUCCESS, "capture: free after the capture");
+  check(mem_alloc(&c, kBig) == CUDA_SUCCESS && cudalloc_stat("fences", true) > fences,
+        "capture: after it, the next allocation fences and reuses");
+  mem_free(c);
 }
 
 }  // namespace

@@ -38,6 +38,13 @@ int cuStreamIsCapturing(void* stream, int* status) {
   return 0;
 }
 
+/* Streams and capture, for preload_test capture: a created stream is 0x5000, captures begin
+ * and end without complaint. */
+int cuStreamCreate(void** stream, unsigned flags) { (void)flags; *stream = (void*)0x5000; return 0; }
+int cuStreamDestroy_v2(void* stream) { (void)stream; return 0; }
+int cuStreamBeginCapture_v2(void* stream, int mode) { (void)stream; (void)mode; return 0; }
+int cuStreamEndCapture(void* stream, void** graph) { (void)stream; *graph = NULL; return 0; }
+
 static void* lookup(const char* symbol) {
   if (strcmp(symbol, "cuInit") == 0) return (void*)&cuInit;
   if (strcmp(symbol, "cuDriverGetVersion") == 0) return (void*)&cuDriverGetVersion;
@@ -49,6 +56,10 @@ static void* lookup(const char* symbol) {
   if (strcmp(symbol, "cuMemGetInfo") == 0) return (void*)&cuMemGetInfo_v2;
   if (strcmp(symbol, "cuGetErrorName") == 0) return (void*)&cuGetErrorName;
   if (strcmp(symbol, "cuStreamIsCapturing") == 0) return (void*)&cuStreamIsCapturing;
+  if (strcmp(symbol, "cuStreamCreate") == 0) return (void*)&cuStreamCreate;
+  if (strcmp(symbol, "cuStreamDestroy") == 0) return (void*)&cuStreamDestroy_v2;
+  if (strcmp(symbol, "cuStreamBeginCapture") == 0) return (void*)&cuStreamBeginCapture_v2;
+  if (strcmp(symbol, "cuStreamEndCapture") == 0) return (void*)&cuStreamEndCapture;
   return NULL;
 }
 
