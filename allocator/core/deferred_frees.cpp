@@ -43,7 +43,9 @@ void DeferredFrees::free_in_stream_order(const LiveEntry& entry) {
   }
   auto uses = stream_uses_.extract(entry.key);
   PendingFree pending = make_pending(entry);
-  if (!record_uses(uses.mapped(), pending)) {
+  if (any_capturing(uses.mapped(), pending.owner.stream())) {
+    pending.capture_uses = std::move(uses.mapped());
+  } else if (!record_uses(uses.mapped(), pending)) {
     // Without events the only safe order is a full device synchronization.
     log().debug("a pending free's event failed; synchronizing the device");
     if (sync_.synchronize_device()) {
@@ -71,9 +73,28 @@ void DeferredFrees::free_in_device_order(const LiveEntry& entry) {
   unfenced_.push_back(std::move(pending));
 }
 
+bool DeferredFrees::any_capturing(const std::vector<StreamHandle>& uses, StreamHandle own) {
+  if (sync_.capturing(own)) return true;
+  return std::any_of(uses.begin(), uses.end(),
+                     [&](StreamHandle s) { return s != own && sync_.capturing(s); });
+}
+
+bool DeferredFrees::capture_over(PendingFree& p) {
+  if (p.capture_uses.empty()) return true;
+  if (any_capturing(p.capture_uses, p.owner.stream())) return false;
+  std::vector<StreamHandle> uses = std::move(p.capture_uses);
+  p.capture_uses.clear();
+  if (!record_uses(uses, p)) p.needs_device_sync = true;
+  return true;
+}
+
 void DeferredFrees::poll(Wait wait) {
   for (std::size_t i = 0; i < pending_.size();) {
     PendingFree& p = pending_[i];
+    if (!capture_over(p)) {  // its streams still capture: nothing may wait for them yet
+      ++i;
+      continue;
+    }
     bool done = true;
     for (const StreamSync::Event& e : p.events) {
       if (p.needs_device_sync) break;

@@ -57,6 +57,11 @@ struct PendingFree {
   // The events could not be recorded or queried and the fallback device synchronization
   // failed too: the free completes only after a later synchronization succeeds.
   bool needs_device_sync = false;
+  // Freed while one of the streams that used it was being captured into a CUDA graph: its
+  // events are recorded only once no stream of `capture_uses` captures any more (waiting
+  // for an event of a capturing stream, or for the device, would end the capture), as
+  // PyTorch's allocator defers them to the end of the capture. Empty otherwise.
+  std::vector<StreamHandle> capture_uses;
 };
 
 class DeferredFrees {
@@ -106,6 +111,11 @@ class DeferredFrees {
 
  private:
   PendingFree make_pending(const LiveEntry& entry);
+  // Whether the allocation stream `own` or a stream of `uses` is being captured.
+  bool any_capturing(const std::vector<StreamHandle>& uses, StreamHandle own);
+  // For a free held for a capture: once no stream of it captures, records its events and
+  // returns true; false while one still does. True for every other free.
+  bool capture_over(PendingFree& p);
   // Records an event on every stream of `uses` except the allocation's own; false when one
   // could not be recorded (then `pending` holds none).
   bool record_uses(const std::vector<StreamHandle>& uses, PendingFree& pending);

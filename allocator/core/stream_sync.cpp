@@ -43,6 +43,12 @@ Error StreamSync::take(Event* out) {
   return Error::ok;
 }
 
+bool StreamSync::capturing(StreamHandle stream) {
+  bool capturing = false;
+  return device_.stream_capturing(ordinal_, stream, &capturing) != device::Status::ok ||
+         capturing;
+}
+
 bool StreamSync::record(StreamHandle stream, Event* out) {
   Event event;
   if (take(&event) != Error::ok ||

@@ -65,6 +65,9 @@ class StreamSync {
   bool fence(std::span<const StreamHandle> sources, std::span<const StreamHandle> waiters);
   // Waits for all work on the device; false on failure.
   bool synchronize_device();
+  // Whether `stream` is being captured into a CUDA graph (then no event of it may be waited
+  // for, and no device-wide wait may happen: it would end the capture). Unknown: true.
+  bool capturing(StreamHandle stream);
   // Whether the work before `event` has completed: ok, not_ready (only without waiting), or
   // the device's error. With Wait::block the host waits for it.
   device::Status completed(const Event& event, Wait wait);

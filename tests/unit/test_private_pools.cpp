@@ -190,3 +190,35 @@ TEST_CASE("a pool's live allocations and the largest cached block", "[private_po
   h.put(b);
   REQUIRE(h.alloc->release_private_pool(kGraph) == Error::ok);
 }
+
+TEST_CASE("a free used on a capturing stream waits for the capture to end", "[private_pools]") {
+  // record_stream during a capture: an event of the capturing stream cannot be waited for
+  // (nor the device), so the free is held, out of use, until the capture ends; then its
+  // events are recorded and it completes as any other.
+  constexpr StreamHandle kSide = 0x20;
+  Harness h(plain_settings());
+  h.fake.set_manual_streams(true);
+  REQUIRE(h.alloc->create_private_pool(kGraph) == Error::ok);
+  void* p = pool_get(h, 4 * MiB, kGraph);
+  REQUIRE(h.alloc->record_stream(p, kSide) == Error::ok);
+  h.fake.enqueue_work(0, kSide);  // the side stream's captured work uses p
+  h.fake.set_capturing(0, kSide, true);
+  h.fake.set_capturing(0, kCapture, true);
+  const auto records = h.fake.calls(CallKind::event_record);
+  h.put(p);
+  CHECK(h.fake.calls(CallKind::event_record) == records);  // nothing recorded yet
+  void* q = pool_get(h, 4 * MiB, kGraph);
+  CHECK(q != p);  // held: not reused during the capture
+  CHECK(h.fake.capture_violations() == 0);
+  h.fake.set_capturing(0, kSide, false);
+  h.fake.set_capturing(0, kCapture, false);
+  void* r = pool_get(h, 4 * MiB, kGraph);  // the capture is over: the events are recorded now
+  CHECK(h.fake.calls(CallKind::event_record) > records);
+  CHECK(r != p);  // ... and the side stream's work is still queued
+  h.fake.complete_work(0, kSide);
+  void* s = pool_get(h, 4 * MiB, kGraph);
+  CHECK(s == p);  // now reused
+  for (void* x : {q, r, s}) h.put(x);
+  CHECK(h.fake.capture_violations() == 0);
+  REQUIRE(h.alloc->release_private_pool(kGraph) == Error::ok);
+}
