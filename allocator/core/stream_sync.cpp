@@ -45,7 +45,7 @@ Error StreamSync::take(Event* out) {
 
 bool StreamSync::capturing(StreamHandle stream) {
   bool capturing = false;
-  return device_.stream_capturing(ordinal_, stream, &capturing) != device::Status::ok ||
+  return device_.stream_capturing(ordinal_, stream, &capturing) == device::Status::ok &&
          capturing;
 }
 

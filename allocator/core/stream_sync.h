@@ -66,7 +66,9 @@ class StreamSync {
   // Waits for all work on the device; false on failure.
   bool synchronize_device();
   // Whether `stream` is being captured into a CUDA graph (then no event of it may be waited
-  // for, and no device-wide wait may happen: it would end the capture). Unknown: true.
+  // for, and no device-wide wait may happen: it would end the capture). When the device
+  // cannot say (a destroyed stream), false: the event path then fails and falls back to a
+  // device synchronization, which keeps the memory out of use until one succeeds.
   bool capturing(StreamHandle stream);
   // Whether the work before `event` has completed: ok, not_ready (only without waiting), or
   // the device's error. With Wait::block the host waits for it.
