@@ -1,4 +1,6 @@
-// DeviceAllocator's private pools (private_pools.h): routing, release and inspection.
+// DeviceAllocator's private pools (private_pools.h): routing, release and inspection; and
+// the two other questions PyTorch's allocator interface asks of the core: the largest free
+// block (cacheInfo) and a segment's IPC handle (shareIpcHandle).
 #include <algorithm>
 #include <mutex>
 

@@ -145,9 +145,9 @@ void TorchAllocator::raw_delete(void* ptr) {
 
 void TorchAllocator::recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) {
   if (ptr.get() == nullptr) return;
-  {
+  if (any_external_.load()) {  // the lock only once a MemPool(allocator=...) was used
     std::lock_guard lock(mutex_);
-    if (any_external_.load() && external_ptrs_.count(ptr.get()) != 0) return;
+    if (external_ptrs_.count(ptr.get()) != 0) return;
   }
   check(cudalloc_record_stream(ptr.get(), stream.stream()), "record_stream");
 }

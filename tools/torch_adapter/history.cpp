@@ -89,7 +89,7 @@ void History::record_free(std::uintptr_t addr, Context context) {
 std::vector<std::vector<cca::TraceEntry>> History::traces(int devices) const {
   std::vector<std::vector<cca::TraceEntry>> out(static_cast<std::size_t>(std::max(devices, 0)));
   std::lock_guard lock(mutex_);
-  auto to_ns = const_cast<c10::ApproximateClockToUnixTimeConverter&>(clock_).makeConverter();
+  auto to_ns = clock_.makeConverter();
   for (const cca::TraceEntry& e : trace_) {
     if (e.device_ < 0 || static_cast<std::size_t>(e.device_) >= out.size()) continue;
     cca::TraceEntry copy = e;

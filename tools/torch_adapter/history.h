@@ -59,7 +59,7 @@ class History {
   };
   std::unordered_map<std::uintptr_t, Live> live_;
   std::vector<cca::AllocatorTraceTracker> trackers_;
-  c10::ApproximateClockToUnixTimeConverter clock_;
+  mutable c10::ApproximateClockToUnixTimeConverter clock_;  // makeConverter() is not const
 };
 
 }  // namespace cudalloc::torch_adapter
