@@ -105,7 +105,11 @@ cudalloc_error_t cudalloc_set_memory_limit(size_t bytes, int device) {
 
 void* cudalloc_malloc(size_t size, int device, cudaStream_t stream) {
   void* ptr = nullptr;
-  const cudalloc_error_t err = cudalloc_allocate(&ptr, size, device, stream);
+  // PyTorch's pluggable interface makes no pool calls for CUDA graphs: allocations on a
+  // capturing stream go to that capture's own pool (DeviceAllocator::allocate_owned_by_capture).
+  const cudalloc_error_t err = on_device(device, MinusOne::current, [&](DeviceAllocator& d) {
+    return after_out_of_memory(d, d.allocate_owned_by_capture(size, handle(stream), &ptr));
+  });
   if (err == CUDALLOC_SUCCESS) return ptr;
   // PyTorch does not check for NULL (it would hand out a tensor without memory); an
   // exception is what turns into a Python error. The message starts as PyTorch's own OOM

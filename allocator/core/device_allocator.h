@@ -82,6 +82,8 @@ class DeviceAllocator final : private FreeCompletion {
   //           completes all of them (DeferredFrees::fence).
   enum class FreeOrder { stream, device };
   static constexpr std::size_t kFenceSlack = std::size_t{32} << 20;
+  // Private pool ids of allocate_owned_by_capture: this bit and the driver's capture id.
+  static constexpr PoolId kCapturePools = PoolId{1} << 63;
 
   // size 0 gives *ptr = nullptr and ok. `pool` routes the request to a private pool
   // (private_pools.h), which must have been created and not released (else invalid_value).
@@ -123,6 +125,12 @@ class DeviceAllocator final : private FreeCompletion {
   // How many bytes of the allocation `ptr` lie in device and in host memory.
   Error residency(const void* ptr, std::size_t* device_bytes, std::size_t* host_bytes) const;
 
+  // For a caller that cannot route a CUDA graph's allocations to a private pool itself
+  // (PyTorch's pluggable interface gives no pool calls): an allocation on a stream being
+  // captured goes to a private pool of that capture, which is never released, because the
+  // caller never says when the graph is gone. The graph's memory stays the graph's for the
+  // life of the process (one warning says so). Otherwise as allocate().
+  Error allocate_owned_by_capture(std::size_t size, StreamHandle stream, void** ptr);
   // Private pools (private_pools.h; private_pools.cpp): create or add a user; drop a user
   // (the last one releases the pool's memory to the shared cache as it becomes free).
   Error create_private_pool(PoolId id);

@@ -2,6 +2,7 @@
 // the two other questions PyTorch's allocator interface asks of the core: the largest free
 // block (cacheInfo) and a segment's IPC handle (shareIpcHandle).
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 
 #include "core/device_allocator.h"
@@ -39,6 +40,32 @@ Error DeviceAllocator::allocate_private(std::size_t size, StreamHandle stream, P
   *addr = block->addr;
   *owner = Owner::of(block);
   return Error::ok;
+}
+
+Error DeviceAllocator::allocate_owned_by_capture(std::size_t size, StreamHandle stream,
+                                                 void** ptr) {
+  std::uint64_t capture = 0;
+  // The legacy default stream is never captured: no driver call on the common path.
+  if (stream == 0 || device_.capture_id(ordinal_, stream, &capture) != device::Status::ok ||
+      capture == 0) {
+    return allocate(size, stream, ptr);
+  }
+  const PoolId pool = kCapturePools | capture;
+  const Error created = metadata_guard("allocate_owned_by_capture", ordinal_, [&] {
+    std::lock_guard lock(lock_);
+    if (private_.known(pool)) return Error::ok;
+    private_.retain(pool);  // never released: nobody will say when the graph is gone
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      log().warn("device {}: allocations during a CUDA graph capture without private-pool "
+                 "calls (PyTorch's pluggable allocator): each capture's memory stays reserved "
+                 "for the life of the process; the PyTorch adapter releases it with the graph",
+                 ordinal_);
+    }
+    return Error::ok;
+  });
+  if (created != Error::ok) return created;
+  return allocate(size, stream, ptr, pool);
 }
 
 Error DeviceAllocator::create_private_pool(PoolId id) {

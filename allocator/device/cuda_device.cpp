@@ -47,6 +47,7 @@ struct Driver {
   PFN_cuDeviceCanAccessPeer_v4000 can_access_peer = nullptr;
   // Stream capture (optional: null where the driver lacks them).
   PFN_cuStreamIsCapturing_v10000 stream_is_capturing = nullptr;
+  PFN_cuStreamGetCaptureInfo_v11030 stream_capture_info = nullptr;
   PFN_cuIpcGetMemHandle_v4010 ipc_get_mem_handle = nullptr;
   PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange_capture_mode = nullptr;
   // Virtual memory management; all resolved or `vmm` is false.
@@ -120,6 +121,7 @@ void resolve_optional(Driver& d) {
 
 void resolve_capture(Driver& d) {
   if (!resolve("cuStreamIsCapturing", &d.stream_is_capturing)) d.stream_is_capturing = nullptr;
+  if (!resolve("cuStreamGetCaptureInfo", &d.stream_capture_info)) d.stream_capture_info = nullptr;
   if (!resolve("cuThreadExchangeStreamCaptureMode", &d.exchange_capture_mode)) {
     d.exchange_capture_mode = nullptr;
   }
@@ -421,6 +423,19 @@ Status CudaDevice::stream_capturing(int dev, StreamHandle stream, bool* capturin
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     const Status s = check(d.stream_is_capturing(reinterpret_cast<CUstream>(stream), &status));
     *capturing = s == Status::ok && status != CU_STREAM_CAPTURE_STATUS_NONE;
+    return s;
+  });
+}
+
+Status CudaDevice::capture_id(int dev, StreamHandle stream, std::uint64_t* id) {
+  *id = 0;
+  return with_context(dev, [&](const Driver& d) {
+    if (d.stream_capture_info == nullptr) return Status::not_supported;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t capture = 0;
+    const Status s = check(d.stream_capture_info(reinterpret_cast<CUstream>(stream), &status,
+                                                 &capture, nullptr, nullptr, nullptr));
+    if (s == Status::ok && status == CU_STREAM_CAPTURE_STATUS_ACTIVE) *id = capture;
     return s;
   });
 }

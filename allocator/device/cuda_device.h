@@ -27,6 +27,7 @@ class CudaDevice final : public Device {
   Status malloc(int dev, std::size_t bytes, void** ptr) override;
   Status stream_capturing(int dev, StreamHandle stream, bool* capturing) override;
   Status ipc_handle(int dev, void* ptr, unsigned char* handle) override;
+  Status capture_id(int dev, StreamHandle stream, std::uint64_t* id) override;
   Status free(int dev, void* ptr) override;
 
   std::size_t granularity(int dev) override;

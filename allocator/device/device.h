@@ -145,6 +145,15 @@ class Device {
     return Status::ok;
   }
 
+  // The id of the capture `stream` is part of (the driver's, unique in the process), or 0 when
+  // it is not being captured.
+  virtual Status capture_id(int dev, StreamHandle stream, std::uint64_t* id) {
+    (void)dev;
+    (void)stream;
+    *id = 0;
+    return Status::ok;
+  }
+
   // The calling thread's last failure in the device's own words ("CUDA_ERROR_OUT_OF_MEMORY"),
   // for messages; "" when there is nothing more to say than the Status.
   virtual const char* last_failure() const { return ""; }

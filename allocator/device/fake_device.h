@@ -81,6 +81,7 @@ class FakeDevice final : public Device {
   Status stream_wait_event(int dev, StreamHandle stream, EventHandle event) override;
   Status synchronize(int dev) override;
   Status stream_capturing(int dev, StreamHandle stream, bool* capturing) override;
+  Status capture_id(int dev, StreamHandle stream, std::uint64_t* id) override;
   // A fake handle: the bytes of "fake-ipc:" and the pointer (tests check what is exported).
   Status ipc_handle(int dev, void* ptr, unsigned char* handle) override;
 
@@ -138,7 +139,13 @@ class FakeDevice final : public Device {
     std::vector<Dependency> waits_on;
   };
   bool capture_violated(const StreamKey* stream);  // mutex_ held
-  std::vector<StreamKey> capturing_;
+  std::uint64_t capture_of(const StreamKey& stream) const;  // mutex_ held; 0: none
+  struct Capture {
+    StreamKey stream;
+    std::uint64_t id;  // each set_capturing(true) starts a new capture
+  };
+  std::vector<Capture> capturing_;
+  std::uint64_t last_capture_id_ = 0;
   std::uint64_t capture_violations_ = 0;
   struct EventState {
     int dev = 0;

@@ -215,19 +215,24 @@ namespace cudalloc::device {
 
 bool FakeDevice::capture_violated(const StreamKey* stream) {
   // Without a stream: a device-wide wait, which no capture on any stream survives.
-  const bool hit = stream == nullptr
-                       ? !capturing_.empty()
-                       : std::any_of(capturing_.begin(), capturing_.end(), [&](const StreamKey& k) {
-                           return k.dev == stream->dev && k.stream == stream->stream;
-                         });
+  const bool hit = stream == nullptr ? !capturing_.empty() : capture_of(*stream) != 0;
   if (hit) ++capture_violations_;
   return hit;
 }
 
+std::uint64_t FakeDevice::capture_of(const StreamKey& stream) const {
+  for (const Capture& c : capturing_) {
+    if (c.stream.dev == stream.dev && c.stream.stream == stream.stream) return c.id;
+  }
+  return 0;
+}
+
 void FakeDevice::set_capturing(int dev, StreamHandle stream, bool capturing) {
   std::lock_guard lock(mutex_);
-  std::erase_if(capturing_, [&](const StreamKey& k) { return k.dev == dev && k.stream == stream; });
-  if (capturing) capturing_.push_back(StreamKey{dev, stream});
+  std::erase_if(capturing_, [&](const Capture& c) {
+    return c.stream.dev == dev && c.stream.stream == stream;
+  });
+  if (capturing) capturing_.push_back(Capture{StreamKey{dev, stream}, ++last_capture_id_});
 }
 
 std::uint64_t FakeDevice::capture_violations() const {
@@ -237,9 +242,13 @@ std::uint64_t FakeDevice::capture_violations() const {
 
 Status FakeDevice::stream_capturing(int dev, StreamHandle stream, bool* capturing) {
   std::lock_guard lock(mutex_);
-  *capturing = std::any_of(capturing_.begin(), capturing_.end(), [&](const StreamKey& k) {
-    return k.dev == dev && k.stream == stream;
-  });
+  *capturing = capture_of(StreamKey{dev, stream}) != 0;
+  return Status::ok;
+}
+
+Status FakeDevice::capture_id(int dev, StreamHandle stream, std::uint64_t* id) {
+  std::lock_guard lock(mutex_);
+  *id = capture_of(StreamKey{dev, stream});
   return Status::ok;
 }
 

@@ -222,3 +222,58 @@ TEST_CASE("a free used on a capturing stream waits for the capture to end", "[pr
   CHECK(h.fake.capture_violations() == 0);
   REQUIRE(h.alloc->release_private_pool(kGraph) == Error::ok);
 }
+
+TEST_CASE("without pool calls, a capture's allocations still stay the graph's",
+          "[private_pools]") {
+  // PyTorch's pluggable interface: no begin/end/release. An allocation on a capturing
+  // stream goes to that capture's own pool, which is never released.
+  for (const bool vmm : {true, false}) {
+    Settings settings;
+    settings.vmm = vmm;
+    Harness h(settings);
+    h.fake.set_capturing(0, kCapture, true);
+    void* temp = nullptr;
+    void* out = nullptr;
+    REQUIRE(h.alloc->allocate_owned_by_capture(6 * MiB, kCapture, &temp) == Error::ok);
+    REQUIRE(h.alloc->allocate_owned_by_capture(6 * MiB, kCapture, &out) == Error::ok);
+    h.put(temp);  // freed inside the capture: every replay still writes it
+    h.fake.set_capturing(0, kCapture, false);
+    std::vector<std::pair<std::uintptr_t, std::size_t>> captured;
+    for (const SegmentState& s : h.alloc->state().segments) {
+      if (s.private_pool != kSharedPool) captured.emplace_back(s.base, s.size);
+    }
+    REQUIRE(!captured.empty());
+    for (const SegmentState& s : h.alloc->state().segments) {
+      if (s.private_pool != kSharedPool) CHECK_FALSE(s.paged);
+    }
+    // After the capture, on the same stream and others: never the graph's memory.
+    std::vector<void*> later;
+    for (int i = 0; i < 40; ++i) {
+      void* p = nullptr;
+      REQUIRE(h.alloc->allocate_owned_by_capture(std::size_t{1} << (10 + i % 14),
+                                                 i % 2 ? kCapture : 0, &p) == Error::ok);
+      CHECK_FALSE(inside_any(addr(p), captured));
+      later.push_back(p);
+    }
+    h.put(out);  // the graph's output freed after the capture: still the graph's
+    void* again = nullptr;
+    REQUIRE(h.alloc->allocate_owned_by_capture(6 * MiB, kCapture, &again) == Error::ok);
+    CHECK_FALSE(inside_any(addr(again), captured));
+    later.push_back(again);
+    REQUIRE(h.alloc->empty_cache() == Error::ok);
+    for (const auto& seg : captured) {  // kept through empty_cache too
+      bool kept = false;
+      for (const SegmentState& s : h.alloc->state().segments) kept = kept || s.base == seg.first;
+      CHECK(kept);
+    }
+    // A second capture gets a pool of its own, apart from the first one's.
+    h.fake.set_capturing(0, kCapture, true);
+    void* second = nullptr;
+    REQUIRE(h.alloc->allocate_owned_by_capture(6 * MiB, kCapture, &second) == Error::ok);
+    CHECK_FALSE(inside_any(addr(second), captured));
+    h.fake.set_capturing(0, kCapture, false);
+    later.push_back(second);
+    for (void* p : later) h.put(p);
+    CHECK(h.fake.capture_violations() == 0);
+  }
+}

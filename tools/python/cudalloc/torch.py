@@ -7,8 +7,9 @@ Two ways in, chosen by enable():
              (private pools), MemPool, cacheInfo (cuDNN benchmark), the OOM type and its
              observers all work as with PyTorch's own allocator.
   pluggable  CUDAPluggableAllocator over the C API, when the adapter is not built for this
-             torch: allocation, empty_cache, memory fraction and record_stream only (PyTorch's
-             pluggable wrapper raises for the rest, and CUDA graphs get no private pools).
+             torch: allocation, empty_cache, memory fraction, record_stream and the stats
+             functions (PyTorch's pluggable wrapper raises for the rest). CUDA graphs get no
+             pool calls: each capture's memory stays reserved until the process exits.
 """
 
 import ctypes
