@@ -122,13 +122,32 @@ FakeDevice::~FakeDevice() {
     std::lock_guard lock(fakes_mutex());
     live_fakes().erase(this);
   }
-  for (auto& [ptr, info] : allocations_) ::munmap(ptr, info.second);
-  for (auto& [va, info] : reservations_) ::munmap(reinterpret_cast<void*>(va), info.second);
-  for (auto& [ptr, bytes] : host_allocations_) ::munmap(ptr, bytes);
+  for (auto& [ptr, info] : allocations_) free_bytes(ptr, info.second);
+  if (options_.backing) {
+    for (auto& [va, info] : reservations_) ::munmap(reinterpret_cast<void*>(va), info.second);
+  }
+  for (auto& [ptr, bytes] : host_allocations_) free_bytes(ptr, bytes);
   for (auto& m : memory_) {
     if (m.file >= 0) ::close(m.file);
   }
   if (host_memory_.file >= 0) ::close(host_memory_.file);
+}
+
+std::uintptr_t FakeDevice::take_address_space(std::size_t bytes, std::size_t align) {
+  const std::uintptr_t at = round_up(next_address_, align);
+  next_address_ = at + round_up(bytes, align);
+  return at;
+}
+
+void* FakeDevice::allocate_bytes(std::size_t bytes) {
+  if (!options_.backing) {
+    return reinterpret_cast<void*>(take_address_space(bytes, std::size_t{2} << 20));
+  }
+  return map_lazy(bytes, PROT_READ | PROT_WRITE);
+}
+
+void FakeDevice::free_bytes(void* ptr, std::size_t bytes) {
+  if (options_.backing) ::munmap(ptr, bytes);
 }
 
 Status FakeDevice::check_fault(CallKind kind) {
@@ -154,7 +173,7 @@ Status FakeDevice::malloc(int dev, std::size_t bytes, void** ptr) {
   if (Status s = check_fault(CallKind::malloc); s != Status::ok) return s;
   if (!valid_device(dev) || bytes == 0) return Status::invalid_value;
   if (bytes > options_.capacity - memory_[dev].used) return Status::out_of_memory;
-  void* p = map_lazy(bytes, PROT_READ | PROT_WRITE);
+  void* p = allocate_bytes(bytes);
   if (p == nullptr) return Status::out_of_memory;
   allocations_[p] = {dev, bytes};
   memory_[dev].used += bytes;
@@ -167,7 +186,7 @@ Status FakeDevice::free(int dev, void* ptr) {
   if (Status s = check_fault(CallKind::free); s != Status::ok) return s;
   auto it = allocations_.find(ptr);
   if (it == allocations_.end() || it->second.first != dev) return Status::invalid_value;
-  ::munmap(ptr, it->second.second);
+  free_bytes(ptr, it->second.second);
   memory_[dev].used -= it->second.second;
   allocations_.erase(it);
   return Status::ok;
@@ -192,6 +211,11 @@ Status FakeDevice::reserve(int dev, std::size_t bytes, std::uintptr_t* va) {
   if (Status s = check_fault(CallKind::reserve); s != Status::ok) return s;
   const std::size_t g = options_.granularity;
   if (!valid_device(dev) || bytes == 0 || bytes % g != 0) return Status::invalid_value;
+  if (!options_.backing) {
+    *va = take_address_space(bytes, g);
+    reservations_[*va] = {dev, bytes};
+    return Status::ok;
+  }
   // Over-reserve by one page so the range can start on a page boundary, then trim.
   auto* raw = static_cast<char*>(map_lazy(bytes + g, PROT_NONE));
   if (raw == nullptr) return Status::out_of_memory;
@@ -210,13 +234,17 @@ Status FakeDevice::unreserve(std::uintptr_t va, std::size_t bytes) {
   auto it = reservations_.find(va);
   if (it == reservations_.end() || it->second.second != bytes) return Status::invalid_value;
   if (!range_unmapped(va, bytes)) return Status::invalid_value;  // CUDA requires unmapping first
-  ::munmap(reinterpret_cast<void*>(va), bytes);
+  if (options_.backing) ::munmap(reinterpret_cast<void*>(va), bytes);
   reservations_.erase(it);
   return Status::ok;
 }
 
 Status FakeDevice::take_file_range(int dev, std::size_t bytes, std::size_t* offset) {
   DeviceMemory& m = memory_of(dev);
+  if (!options_.backing) {  // capacity is counted by the caller; no file, no offsets
+    *offset = 0;
+    return Status::ok;
+  }
   if (m.file < 0) {
     m.file = ::memfd_create("cudalloc-fake-device", MFD_CLOEXEC);
     if (m.file < 0 || ::ftruncate(m.file, static_cast<off_t>(capacity_of(dev))) != 0) {
@@ -237,6 +265,7 @@ Status FakeDevice::take_file_range(int dev, std::size_t bytes, std::size_t* offs
 
 void FakeDevice::return_file_range(int dev, std::size_t offset, std::size_t bytes) {
   DeviceMemory& m = memory_of(dev);
+  if (!options_.backing) return;
   // Give the pages back to the host, then merge the hole with its neighbours.
   ::fallocate(m.file, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
               static_cast<off_t>(bytes));
@@ -321,10 +350,12 @@ Status FakeDevice::map(std::uintptr_t va, std::size_t bytes, PhysicalHandle hand
       !range_unmapped(va, bytes)) {
     return Status::invalid_value;
   }
-  DeviceMemory& m = memory_of(it->second.host ? kHost : it->second.dev);
-  void* p = ::mmap(reinterpret_cast<void*>(va), bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, m.file,
-                   static_cast<off_t>(it->second.offset + offset));
-  if (p == MAP_FAILED) return Status::device_error;
+  if (options_.backing) {
+    DeviceMemory& m = memory_of(it->second.host ? kHost : it->second.dev);
+    void* p = ::mmap(reinterpret_cast<void*>(va), bytes, PROT_NONE, MAP_SHARED | MAP_FIXED,
+                     m.file, static_cast<off_t>(it->second.offset + offset));
+    if (p == MAP_FAILED) return Status::device_error;
+  }
   mappings_[va] = Mapping{bytes, handle, offset};
   ++it->second.mappings;
   return Status::ok;
@@ -342,8 +373,10 @@ Status FakeDevice::unmap(std::uintptr_t va, std::size_t bytes) {
   if (at != va + bytes) return Status::invalid_value;
   auto it = mappings_.find(va);
   while (it != mappings_.end() && it->first < va + bytes) {
-    ::mmap(reinterpret_cast<void*>(it->first), it->second.bytes, PROT_NONE,
-           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    if (options_.backing) {
+      ::mmap(reinterpret_cast<void*>(it->first), it->second.bytes, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    }
     const PhysicalHandle h = it->second.handle;
     --physicals_[h].mappings;
     it = mappings_.erase(it);
@@ -362,7 +395,8 @@ Status FakeDevice::set_access(int dev, std::uintptr_t va, std::size_t bytes) {
     at += it->second.bytes;
   }
   if (at < va + bytes) return Status::invalid_value;  // part of the range is not mapped
-  if (::mprotect(reinterpret_cast<void*>(va), bytes, PROT_READ | PROT_WRITE) != 0) {
+  if (options_.backing &&
+      ::mprotect(reinterpret_cast<void*>(va), bytes, PROT_READ | PROT_WRITE) != 0) {
     return Status::device_error;
   }
   for (auto it = mappings_.find(va); it != mappings_.end() && it->first < va + bytes; ++it) {
@@ -380,7 +414,7 @@ Status FakeDevice::host_alloc(int dev, std::size_t bytes, void** ptr) {
   if (Status s = check_fault(CallKind::host_alloc); s != Status::ok) return s;
   if (!valid_device(dev) || bytes == 0) return Status::invalid_value;
   if (bytes > options_.host_capacity - host_memory_.used) return Status::out_of_memory;
-  void* p = map_lazy(bytes, PROT_READ | PROT_WRITE);
+  void* p = allocate_bytes(bytes);
   if (p == nullptr) return Status::out_of_memory;
   host_allocations_[p] = bytes;
   host_memory_.used += bytes;
@@ -393,7 +427,7 @@ Status FakeDevice::host_free(void* ptr) {
   if (Status s = check_fault(CallKind::host_free); s != Status::ok) return s;
   auto it = host_allocations_.find(ptr);
   if (it == host_allocations_.end()) return Status::invalid_value;
-  ::munmap(ptr, it->second);
+  free_bytes(ptr, it->second);
   host_memory_.used -= it->second;
   host_allocations_.erase(it);
   return Status::ok;

@@ -26,6 +26,11 @@
 //   a child never shares device memory with its parent in CUDA.
 // - Faults: fail_call(kind, nth, status, count) makes `count` calls of that kind fail, from the
 //   nth from now on.
+// - Without `backing` (the replay), the device keeps every record above (address space,
+//   physical memory and its capacity, mappings and access, streams, events, faults) but no
+//   bytes: addresses come from a private range and are never readable, malloc, map, unmap
+//   and set_access make no system call, and copies complete without moving bytes. What the
+//   allocator costs is then measured without the simulation's own system calls.
 #pragma once
 
 #include <map>
@@ -46,6 +51,7 @@ class FakeDevice final : public Device {
     bool manual_streams = false;
     std::size_t host_capacity = std::size_t{256} << 30;
     bool host_physical = true;
+    bool backing = true;  // false: records only, no bytes (see above)
   };
   explicit FakeDevice(Options options);
   FakeDevice() : FakeDevice(Options{}) {}
@@ -198,6 +204,10 @@ class FakeDevice final : public Device {
   void free_physical_if_unused(PhysicalHandle handle);
   bool range_reserved(std::uintptr_t va, std::size_t bytes) const;
   bool range_unmapped(std::uintptr_t va, std::size_t bytes) const;
+  // Without backing: `bytes` of address space aligned to `align`, never readable.
+  std::uintptr_t take_address_space(std::size_t bytes, std::size_t align);
+  void* allocate_bytes(std::size_t bytes);  // malloc and host_alloc; nullptr when exhausted
+  void free_bytes(void* ptr, std::size_t bytes);
 
   // fork(): every live FakeDevice is locked around it; the child copies its memory files.
   static void register_fork_handlers();
@@ -218,6 +228,10 @@ class FakeDevice final : public Device {
   std::unordered_map<PhysicalHandle, Physical> physicals_;
   std::map<std::uintptr_t, Mapping> mappings_;                          // va -> mapping
   PhysicalHandle next_physical_ = 1;
+  std::uintptr_t next_address_ = kUnbackedBase;  // without backing
+  // Above every user-space address of the host (x86-64 and AArch64 use at most 48 bits and
+  // more is not canonical), so an unbacked address never collides with real memory.
+  static constexpr std::uintptr_t kUnbackedBase = std::uintptr_t{1} << 52;
   std::map<StreamKey, StreamState> streams_;
   std::unordered_map<EventHandle, EventState> events_;
   EventHandle next_event_ = 1;

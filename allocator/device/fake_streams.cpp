@@ -30,6 +30,7 @@ void FakeDevice::run_completed_copies() {
   std::erase_if(copies_, [&](const PendingCopy& c) {
     if (streams_[c.stream].completed < c.seq) return false;
     if (range_backed(c.src, c.bytes) && range_backed(c.dst, c.bytes)) {
+      if (!options_.backing) return true;  // records only: nothing to move
       std::memmove(reinterpret_cast<void*>(c.dst), reinterpret_cast<const void*>(c.src),
                    c.bytes);
     } else {

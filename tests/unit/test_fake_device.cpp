@@ -58,6 +58,46 @@ TEST_CASE("fake virtual memory maps one physical range at two addresses", "[fake
   CHECK(dev.unreserve(va, 8 * g) == Status::ok);
 }
 
+TEST_CASE("an unbacked fake keeps the records of memory without its bytes", "[fake][vmm]") {
+  FakeDevice::Options o;
+  o.capacity = 16 * MiB;
+  o.backing = false;
+  FakeDevice dev(o);
+  const std::size_t g = dev.granularity(0);
+  void* a = nullptr;
+  REQUIRE(dev.malloc(0, 8 * MiB, &a) == Status::ok);
+  CHECK(reinterpret_cast<std::uintptr_t>(a) >= std::uintptr_t{1} << 48);  // never host memory
+  std::uintptr_t va = 0;
+  REQUIRE(dev.reserve(0, 4 * g, &va) == Status::ok);
+  CHECK(va % g == 0);
+  CHECK(va >= reinterpret_cast<std::uintptr_t>(a) + 8 * MiB);  // ranges never overlap
+  PhysicalHandle h = 0, h2 = 0;
+  REQUIRE(dev.create_physical(0, g, Location::device, &h) == Status::ok);
+  CHECK(dev.create_physical(0, 4 * g, Location::device, &h2) == Status::out_of_memory);
+  CHECK(dev.map(va + 1, g, h, 0) == Status::invalid_value);
+  REQUIRE(dev.map(va, g, h, 0) == Status::ok);
+  CHECK(dev.map(va, g, h, 0) == Status::invalid_value);  // already mapped
+  REQUIRE(dev.map(va + 2 * g, g, h, 0) == Status::ok);
+  REQUIRE(dev.set_access(0, va, g) == Status::ok);
+  CHECK(dev.set_access(0, va + g, g) == Status::invalid_value);  // nothing mapped there
+  REQUIRE(dev.copy(0, va, va + 2 * g, g, 0) == Status::ok);  // completes, moves nothing
+  CHECK(dev.copy(0, va + g, va, g, 0) == Status::invalid_value);
+  CHECK(dev.bad_copies() == 0);
+  Location where = Location::host;
+  REQUIRE(dev.location_of(va + 2 * g, &where));
+  CHECK(where == Location::device);
+  REQUIRE(dev.release_physical(h) == Status::ok);
+  CHECK(dev.used_bytes(0) == 8 * MiB + g);  // mapped memory stays until unmapped
+  CHECK(dev.unreserve(va, 4 * g) == Status::invalid_value);
+  REQUIRE(dev.unmap(va, g) == Status::ok);
+  REQUIRE(dev.unmap(va + 2 * g, g) == Status::ok);
+  CHECK(dev.used_bytes(0) == 8 * MiB);
+  CHECK(dev.unreserve(va, 4 * g) == Status::ok);
+  REQUIRE(dev.free(0, a) == Status::ok);
+  CHECK(dev.free(0, a) == Status::invalid_value);
+  CHECK(dev.used_bytes(0) == 0);
+}
+
 TEST_CASE("fake events follow simulated stream work", "[fake][streams]") {
   FakeDevice dev;
   dev.set_manual_streams(true);

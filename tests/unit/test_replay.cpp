@@ -46,6 +46,18 @@ TEST_CASE("inconsistent traces fail with the event index, or are skipped on requ
   CHECK(skipped.ops.size() == 2);
 }
 
+TEST_CASE("a plan refuses a size no device holds, even with --skip-inconsistent",
+          "[replay][errors]") {
+  for (const bool skip : {false, true}) {
+    Plan plan;
+    std::string error;
+    CHECK_FALSE(make_plan({alloc(1, 100), alloc(2, UINT64_MAX), release(2), release(1)}, 0, skip,
+                          &plan, &error));
+    CHECK(error.find("malformed trace at event 1") != std::string::npos);
+    CHECK(error.find("18446744073709551615 bytes") != std::string::npos);
+  }
+}
+
 TEST_CASE("the PyTorch model follows PyTorch's segment and split rules", "[replay][pytorch]") {
   PytorchModel m(std::uint64_t(1) << 40);
   void* a = nullptr;

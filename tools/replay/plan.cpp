@@ -5,6 +5,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "core/device_allocator.h"
+
 namespace cudalloc::replay {
 namespace {
 
@@ -47,6 +49,15 @@ bool make_plan(const std::vector<snapshot::TraceRecord>& events, int device,
     const auto& e = events[i];
     if (e.device != device) continue;
     if (e.action == TraceAction::alloc) {
+      // A size no allocator accepts (a wrapped negative size, a corrupt field) is a broken
+      // trace, not an out-of-memory to count: a model would round it and wrap.
+      if (e.size > DeviceAllocator::kMaxRequest) {
+        *error = "malformed trace at event " + std::to_string(i) + " (device " +
+                 std::to_string(device) + "): alloc of " + std::to_string(e.size) +
+                 " bytes, more than any device holds (at most " +
+                 std::to_string(DeviceAllocator::kMaxRequest) + ")";
+        return false;
+      }
       if (auto it = live.find(e.addr); it != live.end()) {
         if (!inconsistent(i, "alloc at " + hex(e.addr) + ", which is still live since event " +
                                  std::to_string(it->second.index))) {

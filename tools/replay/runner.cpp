@@ -51,6 +51,7 @@ PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint6
   device::FakeDevice::Options options;
   options.capacity = capacity;
   options.devices = plan.device + 1;
+  options.backing = false;  // the allocator's cost, not the simulation's system calls
   device::FakeDevice fake(options);
   DeviceAllocator alloc(fake, plan.device, settings);
   PolicyResult r;
