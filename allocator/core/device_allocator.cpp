@@ -324,9 +324,11 @@ void DeviceAllocator::release_pool(StreamHandle stream) {
   // The stream is still valid here (it is destroyed after this call): wait for its work, so
   // that its idle pages can be unmapped and its pages' ordering forgotten.
   if (sync_.wait_for(stream) != Error::ok) return;
+  mapper_.unpark_all();
   pool->settled_epoch = physical_.epoch();
   for (Segment* seg : pool->segments) {
-    for (Page& page : seg->pages) {
+    for (std::size_t i = 0; seg->mapped_pages != 0 && i < seg->pages.size(); ++i) {
+      Page& page = seg->pages[i];
       if (page.phys != nullptr && mapper_.unmap(page) != Error::ok) return;
     }
   }

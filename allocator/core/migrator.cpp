@@ -244,7 +244,7 @@ Error Migrator::promote() {
   Error result = Error::ok;
   pools_.for_each([&](StreamPool& pool) {
     for (Segment* seg : pool.segments) {
-      if (result != Error::ok || !seg->paged()) continue;
+      if (result != Error::ok || !seg->paged() || seg->mapped_pages == 0) continue;
       std::vector<Page*> pages;
       for (Page& page : seg->pages) {
         if (page.users > 0 && page.phys->host) pages.push_back(&page);

@@ -46,8 +46,7 @@ Error PageMapper::reserve_range(const StreamPool& pool, std::size_t size, std::u
 
 void PageMapper::init_pages(Segment& seg) const {
   seg.kind = Segment::Kind::paged;
-  seg.pages.resize(seg.size / page_size_);
-  for (Page& p : seg.pages) p.segment = &seg;
+  seg.pages.resize(seg.size / page_size_);  // zero records: pages get their segment in use()
 }
 
 std::uintptr_t PageMapper::address_of(const Page& page) const {
@@ -70,7 +69,9 @@ void PageMapper::undo_use(Segment& seg, std::size_t first, std::size_t end,
       unmapped = device_.unmap(va, page_size_) == device::Status::ok;
       if (!unmapped) break;
       phys->mappings.pop_back();
+      if (phys->host) --page.segment->host_mapped;
       page.phys = nullptr;
+      --page.segment->mapped_pages;
       page.accessible = false;
       ledger_.page_unmapped(va, page_size_, page.segment->pool->stream);
     }
@@ -78,9 +79,39 @@ void PageMapper::undo_use(Segment& seg, std::size_t first, std::size_t end,
   }
 }
 
+Error PageMapper::use_parked(Segment& seg, std::size_t first, std::size_t last,
+                             const Request& request) {
+  // Parked pages keep their one user, which becomes the block's. Pages between runs are
+  // claimed as usual; a claim may unpark pages of a later run (acquire), which are then
+  // claimed as usual too. On failure every page of [first, i) has one user of this block to
+  // drop, parked or not.
+  const std::size_t created = physical_.count();
+  std::size_t i = first;
+  while (i <= last) {
+    std::size_t lo = last + 1, hi = last;
+    const bool parked = physical_.parked().take_first_in(seg, i, last, &lo, &hi);
+    for (; i < lo; ++i) {
+      if (const Error err = use_page(seg, i, request); err != Error::ok) {
+        if (parked) drop_users(seg, lo, hi);
+        undo_use(seg, first, i, created);
+        return err;
+      }
+    }
+    if (!parked) break;
+    i = hi + 1;
+  }
+  return Error::ok;
+}
+
+void PageMapper::drop_users(Segment& seg, std::size_t first, std::size_t last) {
+  for (std::size_t i = first; i <= last; ++i) drop_user(seg.pages[i]);
+}
+
 Error PageMapper::claim(Page& page, const Request& request) {
   PhysicalPage* phys = page.phys;
-  const bool idle_here = phys != nullptr && phys->owner == nullptr;
+  // The page's own physical page may be owned by a parked page: then it is idle in truth.
+  const bool owner_parked = phys != nullptr && phys->owner != &page && physical_.owner_parked(*phys);
+  const bool idle_here = phys != nullptr && (phys->owner == nullptr || owner_parked);
   // cache_only: only a page whose idle physical page is still mapped here, with access, serves
   // (no driver call); anything else is a miss the caller answers with a fence.
   if (!request.may_grow() &&
@@ -93,7 +124,7 @@ Error PageMapper::claim(Page& page, const Request& request) {
     if (!page.accessible) {  // a mapping whose access grant failed earlier
       if (const Error err = grant(page); err != Error::ok) return err;
     }
-    physical_.take_idle(*phys);
+    if (!owner_parked || !physical_.unpark_owner(*phys)) physical_.take_idle(*phys);
   } else {
     // Unmapped, or mapped to a physical page that now serves another page.
     Claim why = Claim::fresh;
@@ -154,6 +185,8 @@ Error PageMapper::attach(Page& page, PhysicalPage& phys) {
   }
   page.phys = &phys;
   page.accessible = false;
+  ++page.segment->mapped_pages;
+  if (phys.host) ++page.segment->host_mapped;
   phys.mappings.push_back(&page);
   ledger_.page_mapped(va, page_size_, page.segment->pool->stream);
   return Error::ok;
@@ -183,7 +216,9 @@ Error PageMapper::unmap(Page& page) {
                 device_.last_failure());
   }
   std::erase(page.phys->mappings, &page);
+  if (page.phys->host) --page.segment->host_mapped;
   page.phys = nullptr;
+  --page.segment->mapped_pages;
   page.accessible = false;
   ledger_.page_unmapped(va, page_size_, pool.stream);
   return Error::ok;
@@ -214,11 +249,13 @@ bool PageMapper::release_cached() {
     log().warn("device {}: synchronize failed; idle pages are kept", ordinal_);
     return false;
   }
+  physical_.unpark_all();
   const std::uint64_t now = physical_.epoch();
   pools_.for_each([&](StreamPool& pool) { pool.settled_epoch = now; });
   staging_.release_strays();
   pools_.for_each([&](StreamPool& pool) {
     for (Segment* seg : pool.segments) {
+      if (seg->mapped_pages == 0) continue;
       for (Page& page : seg->pages) {
         if (page.phys != nullptr && page.users == 0 && unmap(page) != Error::ok) {
           log().warn("device {}: {}", ordinal_, last_error_message());
@@ -231,13 +268,16 @@ bool PageMapper::release_cached() {
 }
 
 bool PageMapper::unmapped(const Segment& seg) const {
-  return std::all_of(seg.pages.begin(), seg.pages.end(),
-                     [](const Page& p) { return p.phys == nullptr; });
+  return seg.mapped_pages == 0;
 }
 
 void PageMapper::drop(Segment& seg) {
-  for (Page& page : seg.pages) {
-    if (page.phys != nullptr) device_.unmap(address_of(page), page_size_);
+  physical_.parked().forget(seg);
+  std::size_t mapped = seg.mapped_pages;
+  for (std::size_t i = 0; mapped != 0 && i < seg.pages.size(); ++i) {
+    if (seg.pages[i].phys == nullptr) continue;
+    device_.unmap(seg.base + i * page_size_, page_size_);
+    --mapped;
   }
   device_.unreserve(seg.base, seg.size);
 }

@@ -66,27 +66,35 @@ class PageMapper {
   // user gets a physical page it owns. On failure no page gains a user, and the physical pages
   // this call created are returned to the driver (reserved memory is as before).
   // (Inline with claim_in_place: the path of every allocation in paged segments.)
+  // Parked pages under the block (parked_pages.h) become its own without a visit.
   Error use(Segment& seg, std::uintptr_t addr, std::size_t size, const Request& request) {
-    const std::size_t created = physical_.count();
     const auto [first, last] = seg.pages_under(addr, size, page_size_);
+    if (!seg.parked.empty()) return use_parked(seg, first, last, request);
+    const std::size_t created = physical_.count();
     for (std::size_t i = first; i <= last; ++i) {
-      Page& page = seg.pages[i];
-      if (page.users == 0 && !claim_in_place(page)) {
-        if (const Error err = claim(page, request); err != Error::ok) {
-          undo_use(seg, first, i, created);
-          return err;
-        }
+      if (const Error err = use_page(seg, i, request); err != Error::ok) {
+        undo_use(seg, first, i, created);
+        return err;
       }
-      ++page.users;
     }
     return Error::ok;
   }
   // Removes one user from each page of [addr, addr + size); physical pages left without an
-  // owner become idle.
+  // owner become idle. The pages only this block used are parked as one run, when there are
+  // enough of them to be worth it, in a segment without host pages (parked_pages.h).
   void unuse(Segment& seg, std::uintptr_t addr, std::size_t size) {
-    const auto [first, last] = seg.pages_under(addr, size, page_size_);
-    for (std::size_t i = first; i <= last; ++i) drop_user(seg.pages[i]);
+    auto [first, last] = seg.pages_under(addr, size, page_size_);
+    if (last - first + 1 < kParkPages || seg.host_mapped != 0) {
+      for (std::size_t i = first; i <= last; ++i) drop_user(seg.pages[i]);
+      return;
+    }
+    // Only the end pages can have other users (neighbouring blocks).
+    if (seg.pages[first].users > 1) drop_user(seg.pages[first++]);
+    if (seg.pages[last].users > 1) drop_user(seg.pages[last--]);
+    physical_.park(seg, first, last);
   }
+  // Every parked page becomes an ordinary idle page (before a pass over every page).
+  void unpark_all() { physical_.unpark_all(); }
 
   std::uintptr_t address_of(const Page& page) const;
   // Maps `phys` at `page` without the access grant (the caller grants it, maybe for many
@@ -113,7 +121,21 @@ class PageMapper {
   }
   void forget_pools() { wide_pool_ = nullptr; }
 
+  // Blocks over fewer pages than this drop their pages one by one (a run costs a map node).
+  static constexpr std::size_t kParkPages = 4;
+
  private:
+  Error use_page(Segment& seg, std::size_t i, const Request& request) {
+    Page& page = seg.pages[i];
+    if (page.users == 0 && !claim_in_place(page)) {
+      page.segment = &seg;  // a page never used has none yet (page_table.h)
+      if (const Error err = claim(page, request); err != Error::ok) return err;
+    }
+    ++page.users;
+    return Error::ok;
+  }
+  Error use_parked(Segment& seg, std::size_t first, std::size_t last, const Request& request);
+  void drop_users(Segment& seg, std::size_t first, std::size_t last);
   // (Inline: on the path of every free in paged segments.)
   void drop_user(Page& page) {
     if (--page.users != 0) return;

@@ -1,5 +1,7 @@
 #include "core/physical_pages.h"
 
+#include <algorithm>
+
 #include "core/log.h"
 
 namespace cudalloc {
@@ -12,7 +14,7 @@ Error PhysicalPages::acquire(Claim claim, const Request& request, PhysicalPage**
       settings_.page_slack * static_cast<double>(ledger_.stats().reserved_bytes.current);
   // While device-ordered frees wait for a fence, new memory is not taken (cache_only).
   bool prefer_idle =
-      !request.may_grow() || static_cast<double>(device_idle_.count * page_size_) > slack;
+      !request.may_grow() || static_cast<double>(device_idle() * page_size_) > slack;
   // A page that keeps losing its physical page is part of a cycle in which more pages are in
   // use than there is memory for: new memory ends the cycle, within a quarter of the slack.
   const bool grow_chronic = claim == Claim::chronic &&
@@ -23,17 +25,74 @@ Error PhysicalPages::acquire(Claim claim, const Request& request, PhysicalPage**
   // page whose physical page was taken (a conflict, typical of a repeating workload's cycle)
   // takes the one idle shortest, whose old address comes round last in the cycle.
   auto take_from_idle = [&] {
-    *out = conflict ? device_idle_.tail : device_idle_.head;
-    take_idle(**out);
+    *out = take_device_idle(conflict);
     return Error::ok;
   };
-  if (device_idle_.head != nullptr && prefer_idle) return take_from_idle();
+  if (has_device_idle() && prefer_idle) return take_from_idle();
   Error err = request.may_grow() ? create(Location::device, out) : Error::out_of_memory;
   if (err == Error::ok && grow_chronic) ++chronic_;
-  if (err == Error::out_of_memory && device_idle_.head != nullptr) return take_from_idle();
+  if (err == Error::out_of_memory && has_device_idle()) return take_from_idle();
   // No device room while spilling: the host tier.
   if (err == Error::out_of_memory && request.tier == Tier::host_pages) err = acquire_host(out);
   return err;
+}
+
+PhysicalPage* PhysicalPages::take_device_idle(bool newest) {
+  PhysicalPage* listed = newest ? device_idle_.tail : device_idle_.head;
+  if (!parked_.empty()) {
+    const bool parked_first =
+        listed == nullptr || (newest ? parked_.newest_epoch() > listed->idle_since
+                                     : parked_.oldest_epoch() < listed->idle_since);
+    if (parked_first) {
+      std::uint64_t epoch = 0;
+      Page* page = newest ? parked_.take_newest(&epoch) : parked_.take_oldest(&epoch);
+      return &unpark(*page, epoch);
+    }
+  }
+  take_idle(*listed);
+  return listed;
+}
+
+PhysicalPage& PhysicalPages::unpark(Page& page, std::uint64_t epoch) {
+  PhysicalPage& phys = *page.phys;
+  page.users = 0;
+  page.idle_since = epoch;
+  clear_owner(phys);
+  phys.last_pool = page.segment->pool;
+  phys.idle_since = epoch;
+  phys.idle_prev = phys.idle_next = nullptr;
+  return phys;
+}
+
+bool PhysicalPages::unpark_owner(PhysicalPage& phys) {
+  std::uint64_t epoch = 0;
+  if (phys.owner == nullptr || phys.owner->users != 1 || !parked_.take_page(*phys.owner, &epoch)) {
+    return false;
+  }
+  unpark(*phys.owner, epoch);
+  return true;
+}
+
+void PhysicalPages::unpark_all() {
+  if (parked_.empty()) return;
+  std::vector<PhysicalPage*> idle;
+  idle.reserve(device_idle_.count + parked_.count());
+  while (device_idle_.head != nullptr) {
+    idle.push_back(device_idle_.head);
+    take_idle(*device_idle_.head);
+  }
+  parked_.take_all([&](Page& page, std::uint64_t epoch) { idle.push_back(&unpark(page, epoch)); });
+  std::sort(idle.begin(), idle.end(), [](const PhysicalPage* a, const PhysicalPage* b) {
+    return a->idle_since < b->idle_since;
+  });
+  // make_idle would give them new epochs: append keeping their own.
+  for (PhysicalPage* phys : idle) {
+    phys->idle_next = nullptr;
+    phys->idle_prev = device_idle_.tail;
+    (device_idle_.tail != nullptr ? device_idle_.tail->idle_next : device_idle_.head) = phys;
+    device_idle_.tail = phys;
+    ++device_idle_.count;
+  }
 }
 
 Error PhysicalPages::acquire_host(PhysicalPage** out) {

@@ -8,6 +8,8 @@
 //   - host_active_bytes counts host pages that have an owner: ownership changes go through
 //     set_owner / clear_owner;
 //   - reserved (host_reserved) bytes count every device (host) page, idle or not.
+// Idle device pages are in the idle list or parked in runs (parked_pages.h); both count as
+// idle, and acquire takes the oldest or newest of either as if they were one list.
 // The epoch counts the times a page lost its last user or became idle: page_mapper.h uses it
 // to know which idle pages queued work may still use. Not thread-safe: the device allocator's
 // lock guards it.
@@ -20,6 +22,7 @@
 #include "core/budget.h"
 #include "core/errors.h"
 #include "core/ledger.h"
+#include "core/parked_pages.h"
 #include "core/pool_types.h"
 #include "core/request.h"
 #include "core/staging.h"
@@ -94,13 +97,34 @@ class PhysicalPages {
 
   std::uint64_t epoch() const { return epoch_; }
   std::uint64_t tick() { return ++epoch_; }
+
+  // Parked pages (parked_pages.h). park: pages [first, last] of `seg`, each with one user
+  // (the block being freed) that owns a device page, become idle as one run.
+  void park(Segment& seg, std::size_t first, std::size_t last) {
+    const std::uint64_t epoch = epoch_ + 1;
+    epoch_ += last - first + 1;
+    parked_.park(seg, first, last, epoch);
+  }
+  ParkedPages& parked() { return parked_; }
+  const ParkedPages& parked() const { return parked_; }
+  // A page taken out of its run becomes an ordinary idle page that became idle at `epoch`; its
+  // physical page is returned, not in the idle list (the caller takes it or lists it).
+  PhysicalPage& unpark(Page& page, std::uint64_t epoch);
+  // If `phys` is owned by a parked page, unparks that page: true, and phys is idle but not
+  // in the idle list.
+  bool unpark_owner(PhysicalPage& phys);
+  bool owner_parked(const PhysicalPage& phys) const {
+    return phys.owner != nullptr && phys.owner->users == 1 && parked_.contains(*phys.owner);
+  }
+  // Makes every parked page an ordinary idle page, in the idle list (empty_cache).
+  void unpark_all();
   bool host_supported() const { return host_supported_; }
   std::size_t count() const { return pages_.size(); }
   std::size_t host_count() const { return host_pages_; }
-  std::size_t device_idle() const { return device_idle_.count; }
-  std::size_t idle() const { return device_idle_.count + host_idle_.count; }
+  std::size_t device_idle() const { return device_idle_.count + parked_.count(); }
+  std::size_t idle() const { return device_idle() + host_idle_.count; }
   // Device pages that serve a virtual page now.
-  std::size_t device_owned() const { return pages_.size() - host_pages_ - device_idle_.count; }
+  std::size_t device_owned() const { return pages_.size() - host_pages_ - device_idle(); }
   const std::vector<PhysicalPage*>& all() const { return pages_; }
   const IdleList& device_idle_list() const { return device_idle_; }
   const IdleList& host_idle_list() const { return host_idle_; }
@@ -111,6 +135,9 @@ class PhysicalPages {
 
  private:
   IdleList& idle_of(const PhysicalPage& phys) { return phys.host ? host_idle_ : device_idle_; }
+  // Takes the oldest (newest) idle device page, listed or parked; requires one.
+  PhysicalPage* take_device_idle(bool newest);
+  bool has_device_idle() const { return device_idle_.head != nullptr || !parked_.empty(); }
   bool room_for(device::Location where) const;
 
   device::Device& device_;
@@ -122,6 +149,7 @@ class PhysicalPages {
   Staging& staging_;
   std::vector<PhysicalPage*> pages_;
   IdleList device_idle_;
+  ParkedPages parked_;
   IdleList host_idle_;
   std::size_t host_pages_ = 0;   // host-located pages among pages_
   std::uint64_t epoch_ = 0;

@@ -11,8 +11,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <vector>
 
+#include "core/page_table.h"
 #include "device/device.h"
 
 namespace cudalloc {
@@ -49,8 +51,9 @@ struct Block {
 //   - page->phys == q exactly when page is in q->mappings.
 struct PhysicalPage;
 
+// All-zero is a page never used (page_table.h): the table is created lazily zeroed.
 struct Page {
-  Segment* segment = nullptr;
+  Segment* segment = nullptr;    // set when the page is first claimed
   PhysicalPage* phys = nullptr;  // the physical page mapped here, or nullptr
   std::uint32_t users = 0;
   bool accessible = false;       // set_access succeeded for the current mapping
@@ -71,6 +74,19 @@ struct PhysicalPage {
   PhysicalPage* idle_next = nullptr;
 };
 
+// A run of consecutive idle pages of one segment, parked by the free of the block that used
+// them (parked_pages.h).
+struct ParkedRun {
+  Segment* segment = nullptr;
+  std::size_t first = 0;     // index of its first page: its key in Segment::parked
+  std::size_t count = 0;
+  std::uint64_t epoch = 0;   // page first + i became idle at epoch + i
+  ParkedRun* older = nullptr;  // neighbours in the device's list of runs, in epoch order
+  ParkedRun* newer = nullptr;
+
+  std::size_t last() const { return first + count - 1; }
+};
+
 struct Segment {
   // Chosen once, when the segment is created:
   //   plain        device memory from one device malloc
@@ -89,7 +105,10 @@ struct Segment {
   StreamPool* pool = nullptr;
   Block* first = nullptr;
   // Paged segments: one entry per granule of [base, base + size); empty for the other kinds.
-  std::vector<Page> pages;
+  PageTable<Page> pages;
+  std::size_t mapped_pages = 0;  // pages with a physical page mapped
+  std::size_t host_mapped = 0;   // of which to a host page (such segments do not park)
+  std::map<std::size_t, ParkedRun> parked;  // runs of parked pages by first page
 
   bool paged() const { return kind == Kind::paged; }
   bool pinned_host() const { return kind == Kind::pinned_host; }

@@ -13,22 +13,27 @@ namespace {
 struct Totals {
   std::int64_t reserved = 0, segments = 0, free_blocks = 0, slab_bytes = 0, slabs = 0;
   std::int64_t mapped_pages = 0;
+  std::size_t parked_pages = 0;
   std::int64_t host_reserved = 0, host_active = 0;
   std::int64_t allocated = 0, allocations = 0, requested = 0, pending_bytes = 0, pending = 0;
 };
 
 class Checker {
  public:
-  bool ok() const { return problem_.str().empty(); }
+  bool ok() const { return !failed_; }
   std::string problem() const { return problem_.str(); }
   template <typename... Args>
   bool expect(bool condition, const Args&... what) {
-    if (!condition && ok()) (problem_ << ... << what);
+    if (!condition && ok()) {
+      (problem_ << ... << what);
+      failed_ = true;
+    }
     return condition;
   }
 
  private:
   std::ostringstream problem_;
+  bool failed_ = false;
 };
 
 void check_slab(Checker& c, const Slab* slab, const StreamPool& pool) {
@@ -101,10 +106,30 @@ void check_pages(Checker& c, const Segment* seg, std::size_t page_size, Totals& 
     const auto [first, last] = seg->pages_under(b->addr, b->size, page_size);
     for (std::size_t i = first; i <= last; ++i) ++users[i];
   }
+  // A parked page's one user is its run: no block lies over it, and it owns a device page.
+  std::size_t after_last_run = 0;
+  for (const auto& [first, run] : seg->parked) {
+    c.expect(first == run.first && run.segment == seg && run.count > 0 &&
+                 run.last() < seg->pages.size(),
+             "a parked run of the segment at ", seg->base, " is keyed or sized wrongly");
+    c.expect(first >= after_last_run, "parked runs overlap at page ", first);
+    after_last_run = run.last() + 1;
+    for (std::size_t i = first; i <= run.last() && i < users.size() && c.ok(); ++i) {
+      const Page& p = seg->pages[i];
+      c.expect(users[i] == 0, "parked page at ", seg->base + i * page_size, " is under a block");
+      c.expect(p.phys != nullptr && !p.phys->host && p.accessible, "parked page at ",
+               seg->base + i * page_size, " lacks an accessible device page");
+      ++users[i];
+    }
+    t.parked_pages += run.count;
+  }
+  std::size_t mapped = 0;
   for (std::size_t i = 0; i < seg->pages.size() && c.ok(); ++i) {
     const Page& p = seg->pages[i];
     const std::uintptr_t va = seg->base + i * page_size;
-    c.expect(p.segment == seg, "page at ", va, " points to the wrong segment");
+    // A page never claimed is all zero (page_table.h); every other one knows its segment.
+    c.expect(p.segment == seg || (p.segment == nullptr && p.phys == nullptr && p.users == 0),
+             "page at ", va, " points to the wrong segment");
     c.expect(p.users == users[i], "page at ", va, " counts ", p.users, " users, blocks give ",
              users[i]);
     c.expect(p.users == 0 || (p.phys != nullptr && p.phys->owner == &p), "page at ", va,
@@ -112,10 +137,13 @@ void check_pages(Checker& c, const Segment* seg, std::size_t page_size, Totals& 
     c.expect(p.users == 0 || p.accessible, "page at ", va, " is used without access");
     if (p.phys == nullptr) continue;
     ++t.mapped_pages;
+    ++mapped;
     const auto& m = p.phys->mappings;
     c.expect(std::find(m.begin(), m.end(), &p) != m.end(), "page at ", va,
              " is not among its physical page's mappings");
   }
+  c.expect(!c.ok() || mapped == seg->mapped_pages, "segment at ", seg->base, " counts ",
+           seg->mapped_pages, " mapped pages, its records ", mapped);
 }
 
 }  // namespace
@@ -216,6 +244,18 @@ std::string DeviceAllocator::validate_locked() const {
   }
   c.expect(listed == idle, "idle physical pages: ", idle, " without owner, ", listed,
            " listed");
+  // The device's runs: in epoch order without interleaving, as many pages as segments hold.
+  std::size_t in_runs = 0;
+  std::uint64_t next_epoch = 0;
+  for (const ParkedRun* r = physical_.parked().oldest(); r != nullptr && c.ok(); r = r->newer) {
+    c.expect(r->epoch >= next_epoch, "parked runs are out of epoch order");
+    c.expect(r->newer != nullptr || r == physical_.parked().newest(), "the newest run is wrong");
+    next_epoch = r->epoch + r->count;
+    in_runs += r->count;
+  }
+  c.expect(in_runs == physical_.parked().count() && in_runs == t.parked_pages, "parked pages: ",
+           physical_.parked().count(), " counted, ", in_runs, " in the list of runs, ",
+           t.parked_pages, " in segments");
   c.expect(std::size_t(host_pages) == physical_.host_count(), "host pages: ", host_pages,
            " found, ", physical_.host_count(), " counted");
   c.expect(mappings == t.mapped_pages, "physical pages list ", mappings,

@@ -355,3 +355,81 @@ TEST_CASE("page mapper: later pools get smaller address ranges", "[component][pa
   CHECK(main.pool == p.pools.find(0));
   CHECK(side.pool == p.pools.find(kSide));
 }
+
+// Parking (parked_pages.h): a freed block's pages become one run, not a walk over its pages,
+// and a block over the same range takes them back the same way; a run serves other addresses
+// a page at a time, oldest first, as the idle list would.
+TEST_CASE("page mapper: a large block's pages are parked as one run and taken back whole",
+          "[component][page_mapper][parked]") {
+  PagedParts p;
+  Segment& seg = p.segment();
+  const ParkedPages& parked = p.physical.parked();
+  REQUIRE(p.mapper.use(seg, p.at(seg, 0), 16 * p.page, Request{}) == Error::ok);
+  CHECK(p.maps() == 16);
+  p.mapper.unuse(seg, p.at(seg, 0), 16 * p.page);
+  CHECK(parked.count() == 16);
+  CHECK(seg.parked.size() == 1);
+  CHECK(p.physical.device_idle() == 16);
+  CHECK(p.physical.device_idle_list().count == 0);  // no page entered the idle list
+  CHECK(seg.pages[7].users == 1);                   // the run is its pages' one user
+  REQUIRE(p.mapper.use(seg, p.at(seg, 0), 16 * p.page, Request{}) == Error::ok);
+  CHECK(parked.empty());
+  CHECK(seg.parked.empty());
+  CHECK(p.maps() == 16);
+  check_used(p, seg, 0, 16);
+  // A block over the middle of a run splits it, in address and in epoch order.
+  p.mapper.unuse(seg, p.at(seg, 0), 16 * p.page);
+  REQUIRE(p.mapper.use(seg, p.at(seg, 4), 4 * p.page, Request{}) == Error::ok);
+  CHECK(parked.count() == 12);
+  REQUIRE(seg.parked.size() == 2);
+  CHECK(parked.oldest()->first == 0);
+  CHECK(parked.oldest()->count == 4);
+  CHECK(parked.newest()->first == 8);
+  CHECK(p.maps() == 16);
+  check_used(p, seg, 4, 4);
+  // Elsewhere, new pages take the oldest parked pages first (pages 0..3), mapping them there.
+  REQUIRE(p.mapper.use(seg, p.at(seg, 18), 4 * p.page, Request{}) == Error::ok);
+  CHECK(p.maps() == 20);
+  CHECK(p.reserved() == std::int64_t(16 * p.page));
+  CHECK(seg.parked.size() == 1);
+  CHECK(seg.pages[0].users == 0);
+  CHECK(seg.pages[0].phys->owner == &seg.pages[18]);
+  // Parked in turn, those pages give their physical pages back to pages 0..3 in place: no
+  // driver call, and the run of 18..21 is gone.
+  p.mapper.unuse(seg, p.at(seg, 18), 4 * p.page);
+  CHECK(parked.count() == 12);
+  REQUIRE(p.mapper.use(seg, p.at(seg, 0), 4 * p.page, Request{}) == Error::ok);
+  CHECK(p.maps() == 20);
+  check_used(p, seg, 0, 4);
+  CHECK(seg.pages[18].users == 0);
+  CHECK(parked.count() == 8);
+  CHECK(p.physical.device_idle_list().count == 0);
+  // Before a pass over every page, all parked pages join the idle list in epoch order.
+  p.mapper.unpark_all();
+  CHECK(parked.empty());
+  CHECK(seg.parked.empty());
+  CHECK(p.physical.device_idle_list().count == 8);
+  std::uint64_t last = 0;
+  for (const PhysicalPage* q = p.physical.device_idle_list().head; q != nullptr; q = q->idle_next) {
+    CHECK(q->idle_since > last);
+    CHECK(q->owner == nullptr);
+    last = q->idle_since;
+  }
+  CHECK(seg.pages[8].users == 0);
+}
+
+TEST_CASE("page mapper: a failed use gives parked pages back as idle pages",
+          "[component][page_mapper][parked]") {
+  PagedParts p;
+  Segment& seg = p.segment();
+  REQUIRE(p.mapper.use(seg, p.at(seg, 0), 8 * p.page, Request{}) == Error::ok);
+  p.mapper.unuse(seg, p.at(seg, 0), 8 * p.page);
+  // Pages 0..7 are parked; 8..11 need new memory, and the driver refuses the second map.
+  p.fake.fail_call(CallKind::map, 2, device::Status::out_of_memory);
+  p.settings.page_slack = 1e9;  // prefer new memory over idle pages
+  CHECK(p.mapper.use(seg, p.at(seg, 0), 12 * p.page, Request{}) != Error::ok);
+  CHECK(p.physical.parked().empty());
+  for (std::size_t i = 0; i < 12; ++i) CHECK(seg.pages[i].users == 0);
+  CHECK(p.physical.device_idle() == 8);
+  CHECK(p.reserved() == std::int64_t(8 * p.page));  // the new page was returned
+}
