@@ -16,9 +16,15 @@ Error PhysicalPages::acquire(Claim claim, const Request& request, PhysicalPage**
   bool prefer_idle =
       !request.may_grow() || static_cast<double>(device_idle() * page_size_) > slack;
   // A page that keeps losing its physical page is part of a cycle in which more pages are in
-  // use than there is memory for: new memory ends the cycle, within a quarter of the slack.
-  const bool grow_chronic = claim == Claim::chronic &&
-                            static_cast<double>(chronic_ * page_size_) <= kChronicShare * slack;
+  // use than there is memory for: each turn of the cycle costs a remap, so new memory ends it.
+  // The growth is driven by remaps seen (a workload without cycles never grows this way) and
+  // bounded by a share of reserved memory, not of the slack: workloads whose shapes change
+  // every step have many such pages, and a bound of a fraction of the slack left them
+  // remapping most of them every step.
+  const bool grow_chronic =
+      claim == Claim::chronic &&
+      static_cast<double>(chronic_ * page_size_) <=
+          kChronicGrowth * static_cast<double>(ledger_.stats().reserved_bytes.current);
   if (grow_chronic) prefer_idle = !request.may_grow();
   // Which idle page: a page mapped nowhere yet takes the one idle longest, whose old
   // addresses a repeating workload is least likely to want back soon after a short pause; a

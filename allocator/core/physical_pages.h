@@ -37,7 +37,8 @@ enum class Claim { fresh, conflict, chronic };
 class PhysicalPages {
  public:
   static constexpr int kChronicConflicts = 2;
-  static constexpr double kChronicShare = 0.25;  // of page_slack
+  // Memory created for chronic conflicts, as a share of reserved memory (see acquire).
+  static constexpr double kChronicGrowth = 0.10;
 
   struct IdleList {
     PhysicalPage* head = nullptr;
