@@ -17,7 +17,8 @@ Workloads (defined in workloads.py) are those of shared/traces/record_traces.py 
 traces): same models, configurations, batch sizes and seeds, run for more steps where that is
 cheap. Main ones
 (the default): gpt2_train, llama_train_varlen, resnet50_train, vit_train, gpt2_generate;
-extra ones, by name: bert_infer_varlen, maskrcnn_train, moe_train, t5_train.
+extra ones, by name: bert_infer_varlen, maskrcnn_train, moe_train, t5_train, gpt2_infer_varlen,
+gnn_train_varlen (torch_geometric; graph sizes change at every step).
 
 Per run: peak reserved and peak allocated bytes (native / expandable: torch.cuda.max_memory_*;
 cudalloc: stats()["reserved_bytes"|"allocated_bytes"]["peak"]), the time of each step between

@@ -155,6 +155,54 @@ def gpt2_generate(torch):
     return step
 
 
+def gpt2_infer_varlen(torch):
+    """record_traces.py's gpt2_infer_varlen: batch and length change at every step."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    m = GPT2LMHeadModel(GPT2Config(n_layer=24, n_embd=1024, n_head=16)).cuda().eval().half()
+    rng = random.Random(7)
+
+    def step(i):
+        B, L = rng.randint(1, 48), rng.randint(16, 1024)
+        x = torch.randint(0, 50257, (B, L), device="cuda")
+        with torch.inference_mode():
+            return m(input_ids=x).logits.sum(dtype=torch.float32)
+    return step
+
+
+def gnn_train_varlen(torch):
+    """A graph network trained on graphs whose node and edge counts change at every step."""
+    from torch_geometric.nn import SAGEConv
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = torch.nn.ModuleList(
+                [SAGEConv(128, 256), SAGEConv(256, 256), SAGEConv(256, 16)])
+
+        def forward(self, x, edge_index):
+            for k, conv in enumerate(self.convs):
+                x = conv(x, edge_index)
+                if k + 1 < len(self.convs):
+                    x = torch.nn.functional.relu(x)
+            return x
+
+    m = Net().cuda()
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    rng = random.Random(11)
+
+    def step(i):
+        n = rng.randint(20_000, 400_000)
+        e = n * rng.randint(4, 16)
+        g = torch.Generator(device="cuda").manual_seed(i)
+        x = torch.randn(n, 128, device="cuda", generator=g)
+        edge_index = torch.randint(0, n, (2, e), device="cuda", generator=g)
+        y = torch.randint(0, 16, (n,), device="cuda", generator=g)
+        loss = torch.nn.functional.cross_entropy(m(x, edge_index), y)
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        return loss.detach()
+    return step
+
+
 def _maskrcnn_batch(torch, rng):
     imgs, tgts = [], []
     for _ in range(4):
@@ -221,6 +269,8 @@ WORKLOADS = {
     "maskrcnn_train": (maskrcnn_train, 10, ["torchvision"], "loss"),
     "moe_train": (moe_train, 12, ["transformers"], "loss"),
     "t5_train": (t5_train, 12, ["transformers"], "loss"),
+    "gpt2_infer_varlen": (gpt2_infer_varlen, 58, ["transformers"], "checksum"),
+    "gnn_train_varlen": (gnn_train_varlen, 24, ["torch_geometric"], "loss"),
 }
 MAIN_WORKLOADS = ["gpt2_train", "llama_train_varlen", "resnet50_train", "vit_train",
                   "gpt2_generate"]
