@@ -86,12 +86,13 @@ Error PageMapper::use_parked(Segment& seg, std::size_t first, std::size_t last,
   // claimed as usual too. On failure every page of [first, i) has one user of this block to
   // drop, parked or not.
   const std::size_t created = physical_.count();
+  bool claimed = false;
   std::size_t i = first;
   while (i <= last) {
     std::size_t lo = last + 1, hi = last;
     const bool parked = physical_.parked().take_first_in(seg, i, last, &lo, &hi);
     for (; i < lo; ++i) {
-      if (const Error err = use_page(seg, i, request); err != Error::ok) {
+      if (const Error err = use_page(seg, i, request, &claimed); err != Error::ok) {
         if (parked) drop_users(seg, lo, hi);
         undo_use(seg, first, i, created);
         return err;
@@ -100,7 +101,35 @@ Error PageMapper::use_parked(Segment& seg, std::size_t first, std::size_t last,
     if (!parked) break;
     i = hi + 1;
   }
-  return Error::ok;
+  return claimed ? grant_claimed(seg, first, last, created) : Error::ok;
+}
+
+Error PageMapper::grant_claimed(Segment& seg, std::size_t first, std::size_t last,
+                                std::size_t created) {
+  Error err = Error::ok;
+  for (std::size_t i = first; i <= last && err == Error::ok;) {
+    if (seg.pages[i].accessible) {
+      ++i;
+      continue;
+    }
+    std::size_t end = i;
+    while (end <= last && !seg.pages[end].accessible) ++end;
+    const std::uintptr_t va = seg.base + i * page_size_;
+    const auto status = device_.set_access(ordinal_, va, (end - i) * page_size_);
+    if (status == device::Status::ok) {
+      for (std::size_t k = i; k < end; ++k) seg.pages[k].accessible = true;
+    } else {
+      err = fail(Error::device_error,
+                 "device %d: granting access to %zu pages at %#zx failed: %s %s", ordinal_,
+                 end - i, static_cast<std::size_t>(va), device::status_name(status),
+                 device_.last_failure());
+    }
+    i = end;
+  }
+  // Pages left without access keep their mapping (a later claim grants it, empty_cache
+  // removes it); undo_use unmaps the ones this call created.
+  if (err != Error::ok) undo_use(seg, first, last + 1, created);
+  return err;
 }
 
 void PageMapper::drop_users(Segment& seg, std::size_t first, std::size_t last) {
@@ -135,7 +164,8 @@ Error PageMapper::claim(Page& page, const Request& request) {
                                                                 : Claim::conflict;
     }
     if (const Error err = physical_.acquire(why, request, &phys); err != Error::ok) return err;
-    if (const Error err = map(page, *phys); err != Error::ok) {
+    // Access is granted by the caller, for every page it mapped at once (grant_claimed).
+    if (const Error err = attach(page, *phys); err != Error::ok) {
       physical_.make_idle(*phys);
       return err;
     }
@@ -157,7 +187,7 @@ Error PageMapper::replace_host_page(Page& page, const Request& request, Physical
     return err;
   }
   Error err = unmap(page);  // the host page stays idle, for the next spill
-  if (err == Error::ok) err = map(page, *phys);
+  if (err == Error::ok) err = attach(page, *phys);  // granted by the caller
   if (err != Error::ok) {
     physical_.make_idle(*phys);
     return err;

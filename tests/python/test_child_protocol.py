@@ -218,7 +218,8 @@ class WorkloadsTest(unittest.TestCase):
             self.assertTrue(callable(builder), name)
             self.assertGreater(steps, 2, name)  # more than the warm-up steps
             self.assertIn(kind, ("loss", "checksum"), name)
-            self.assertTrue(set(modules) <= {"transformers", "torchvision"}, name)
+            self.assertTrue(set(modules) <= {"transformers", "torchvision", "torch_geometric"},
+                            name)
         self.assertTrue(set(workloads.MAIN_WORKLOADS) <= set(workloads.WORKLOADS))
         self.assertIs(workloads.WORKLOADS["gpt2_train"][0], workloads.Gpt2Train)
 

@@ -220,7 +220,7 @@ TEST_CASE("page mapper: a failed use leaves users and reserved memory as before"
       {CallKind::create_physical, 1}, {CallKind::create_physical, 2},
       {CallKind::create_physical, 3}, {CallKind::map, 1},
       {CallKind::map, 2},             {CallKind::map, 3},
-      {CallKind::set_access, 1},      {CallKind::set_access, 3},
+      {CallKind::set_access, 1},  // one call grants the run of mapped pages
   };
   for (const Fault& fault : faults) {
     for (const bool warm : {false, true}) {
@@ -432,4 +432,22 @@ TEST_CASE("page mapper: a failed use gives parked pages back as idle pages",
   for (std::size_t i = 0; i < 12; ++i) CHECK(seg.pages[i].users == 0);
   CHECK(p.physical.device_idle() == 8);
   CHECK(p.reserved() == std::int64_t(8 * p.page));  // the new page was returned
+}
+
+// cuMemSetAccess costs about 28 us per call on an H200 whether it covers one page or a run
+// (benchmarks.md, page-move-bench): use() grants each run of pages it mapped in one call.
+TEST_CASE("page mapper: pages a use maps are granted access one run at a time",
+          "[component][page_mapper]") {
+  PagedParts p(with_limit(0, 1.0));  // new pages take new memory: page 3 keeps its own
+  Segment& seg = p.segment();
+  auto grants = [&] { return p.fake.calls(CallKind::set_access); };
+  // Page 3 keeps an idle, accessible page of its own: it splits the run.
+  REQUIRE(p.mapper.use(seg, p.at(seg, 3), p.page, Request{}) == Error::ok);
+  p.mapper.unuse(seg, p.at(seg, 3), p.page);
+  const auto before = grants();
+  REQUIRE(p.mapper.use(seg, p.at(seg, 0), 8 * p.page, Request{}) == Error::ok);
+  CHECK(grants() == before + 2);  // pages 0-2 and 4-7
+  check_used(p, seg, 0, 8);
+  std::memset(reinterpret_cast<void*>(p.at(seg, 0)), 0x3c, 8 * p.page);  // really accessible
+  CHECK(p.maps() == 8);
 }
