@@ -126,17 +126,23 @@ def vit_train(torch):
     return step
 
 
+def _varlen_inference(torch, m, seed, max_batch, lengths, vocab, checksum):
+    """Inference on random token batches: batch in 1..max_batch, length in lengths."""
+    rng = random.Random(seed)
+
+    def step(i):
+        B, L = rng.randint(1, max_batch), rng.randint(*lengths)
+        x = torch.randint(0, vocab, (B, L), device="cuda")
+        with torch.inference_mode():
+            return checksum(m(input_ids=x))
+    return step
+
+
 def bert_infer_varlen(torch):
     from transformers import BertConfig, BertModel
     m = BertModel(BertConfig()).cuda().eval().half()
-    rng = random.Random(2)
-
-    def step(i):
-        B, L = rng.randint(1, 64), rng.randint(16, 512)
-        x = torch.randint(0, 30522, (B, L), device="cuda")
-        with torch.inference_mode():
-            return m(input_ids=x).last_hidden_state.sum(dtype=torch.float32)
-    return step
+    return _varlen_inference(torch, m, 2, 64, (16, 512), 30522,
+                             lambda out: out.last_hidden_state.sum(dtype=torch.float32))
 
 
 def gpt2_generate(torch):
@@ -159,14 +165,8 @@ def gpt2_infer_varlen(torch):
     """record_traces.py's gpt2_infer_varlen: batch and length change at every step."""
     from transformers import GPT2Config, GPT2LMHeadModel
     m = GPT2LMHeadModel(GPT2Config(n_layer=24, n_embd=1024, n_head=16)).cuda().eval().half()
-    rng = random.Random(7)
-
-    def step(i):
-        B, L = rng.randint(1, 48), rng.randint(16, 1024)
-        x = torch.randint(0, 50257, (B, L), device="cuda")
-        with torch.inference_mode():
-            return m(input_ids=x).logits.sum(dtype=torch.float32)
-    return step
+    return _varlen_inference(torch, m, 7, 48, (16, 1024), 50257,
+                             lambda out: out.logits.sum(dtype=torch.float32))
 
 
 def gnn_train_varlen(torch):
