@@ -153,7 +153,13 @@ Error PageMapper::claim(Page& page, const Request& request) {
     if (!page.accessible) {  // a mapping whose access grant failed earlier
       if (const Error err = grant(page); err != Error::ok) return err;
     }
-    if (!owner_parked || !physical_.unpark_owner(*phys)) physical_.take_idle(*phys);
+    if (!owner_parked) {
+      physical_.take_idle(*phys);
+    } else if (!physical_.unpark_owner(*phys)) {
+      // owner_parked() and unpark_owner() test the same conditions and nothing between them
+      // changes those; were it otherwise, phys would be owned and not listed: refuse.
+      return Error::out_of_memory;
+    }
   } else {
     // Unmapped, or mapped to a physical page that now serves another page.
     Claim why = Claim::fresh;

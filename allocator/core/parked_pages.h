@@ -12,8 +12,12 @@
 //   - PhysicalPages::acquire wants the oldest or the newest idle page: the oldest parked page
 //     is the first page of the oldest run, the newest the last page of the newest run;
 //   - a page whose own physical page is owned by a parked page takes it back (PageMapper);
-//   - empty_cache and validate see every page unparked (unpark_all).
-// So parking changes how idle pages are stored, never which page serves which address.
+//   - empty_cache and a stream's release unpark every page first (unpark_all).
+// So parking changes how idle pages are stored, and next to never which page serves which
+// address: a use whose claims fail returns the pages it took from runs to the idle list with
+// new epochs (undo_use), and a use claims pages between runs after taking the runs, so a
+// physical page shared by a parked page and an earlier page of the same use stays with the
+// parked one.
 //
 // Invariants (validate.cpp):
 //   - a parked page has exactly one user (the run), no non-free block over it, and owns an
@@ -64,7 +68,9 @@ class ParkedPages {
   // Removes every run; calls visit(page, epoch) for every parked page in epoch order.
   template <typename Visit>
   void take_all(Visit&& visit);
-  // Forgets the runs of a segment being destroyed (its pages are unmapped with it).
+  // Forgets the runs of a segment being destroyed with every other (drop_everything: the
+  // physical pages are dropped right after, so owners pointing into the segment are never
+  // read). A segment released alone has no runs: all its pages are unmapped first.
   void forget(Segment& seg);
 
  private:

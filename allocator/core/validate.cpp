@@ -123,7 +123,7 @@ void check_pages(Checker& c, const Segment* seg, std::size_t page_size, Totals& 
     }
     t.parked_pages += run.count;
   }
-  std::size_t mapped = 0;
+  std::size_t mapped = 0, host_mapped = 0;
   for (std::size_t i = 0; i < seg->pages.size() && c.ok(); ++i) {
     const Page& p = seg->pages[i];
     const std::uintptr_t va = seg->base + i * page_size;
@@ -138,12 +138,15 @@ void check_pages(Checker& c, const Segment* seg, std::size_t page_size, Totals& 
     if (p.phys == nullptr) continue;
     ++t.mapped_pages;
     ++mapped;
+    if (p.phys->host) ++host_mapped;
     const auto& m = p.phys->mappings;
     c.expect(std::find(m.begin(), m.end(), &p) != m.end(), "page at ", va,
              " is not among its physical page's mappings");
   }
   c.expect(!c.ok() || mapped == seg->mapped_pages, "segment at ", seg->base, " counts ",
            seg->mapped_pages, " mapped pages, its records ", mapped);
+  c.expect(!c.ok() || host_mapped == seg->host_mapped, "segment at ", seg->base, " counts ",
+           seg->host_mapped, " pages mapped to host pages, its records ", host_mapped);
 }
 
 }  // namespace
@@ -249,6 +252,9 @@ std::string DeviceAllocator::validate_locked() const {
   std::uint64_t next_epoch = 0;
   for (const ParkedRun* r = physical_.parked().oldest(); r != nullptr && c.ok(); r = r->newer) {
     c.expect(r->epoch >= next_epoch, "parked runs are out of epoch order");
+    const auto found = r->segment->parked.find(r->first);
+    c.expect(found != r->segment->parked.end() && &found->second == r,
+             "a listed parked run is not its segment's");
     c.expect(r->newer != nullptr || r == physical_.parked().newest(), "the newest run is wrong");
     next_epoch = r->epoch + r->count;
     in_runs += r->count;
