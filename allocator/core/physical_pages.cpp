@@ -92,13 +92,7 @@ void PhysicalPages::unpark_all() {
     return a->idle_since < b->idle_since;
   });
   // make_idle would give them new epochs: append keeping their own.
-  for (PhysicalPage* phys : idle) {
-    phys->idle_next = nullptr;
-    phys->idle_prev = device_idle_.tail;
-    (device_idle_.tail != nullptr ? device_idle_.tail->idle_next : device_idle_.head) = phys;
-    device_idle_.tail = phys;
-    ++device_idle_.count;
-  }
+  for (PhysicalPage* phys : idle) append_idle(*phys);
 }
 
 Error PhysicalPages::acquire_host(PhysicalPage** out) {

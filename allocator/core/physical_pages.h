@@ -72,8 +72,12 @@ class PhysicalPages {
   // (Inline, with the list and ownership changes below: they are on the path of every
   // allocation and free in paged segments.)
   void make_idle(PhysicalPage& phys) {
-    IdleList& list = idle_of(phys);
     phys.idle_since = tick();
+    append_idle(phys);
+  }
+  // Appends `phys` to its idle list keeping its idle_since (which must be the newest).
+  void append_idle(PhysicalPage& phys) {
+    IdleList& list = idle_of(phys);
     phys.idle_next = nullptr;
     phys.idle_prev = list.tail;
     (list.tail != nullptr ? list.tail->idle_next : list.head) = &phys;

@@ -41,9 +41,7 @@ bool inside_any(std::uintptr_t a, const std::vector<std::pair<std::uintptr_t, st
 TEST_CASE("memory freed during a capture serves the pool only while the pool lives",
           "[private_pools]") {
   for (const bool vmm : {true, false}) {
-    Settings settings;
-    settings.vmm = vmm;
-    Harness h(settings);
+    Harness h(vmm ? Settings{} : plain_settings());
     REQUIRE(h.alloc->create_private_pool(kGraph) == Error::ok);
     // The capture: allocations and frees inside it, some reused inside it.
     std::vector<void*> kept;
@@ -228,9 +226,7 @@ TEST_CASE("without pool calls, a capture's allocations still stay the graph's",
   // PyTorch's pluggable interface: no begin/end/release. An allocation on a capturing
   // stream goes to that capture's own pool, which is never released.
   for (const bool vmm : {true, false}) {
-    Settings settings;
-    settings.vmm = vmm;
-    Harness h(settings);
+    Harness h(vmm ? Settings{} : plain_settings());
     h.fake.set_capturing(0, kCapture, true);
     void* temp = nullptr;
     void* out = nullptr;
