@@ -451,3 +451,38 @@ TEST_CASE("page mapper: pages a use maps are granted access one run at a time",
   std::memset(reinterpret_cast<void*>(p.at(seg, 0)), 0x3c, 8 * p.page);  // really accessible
   CHECK(p.maps() == 8);
 }
+
+// Parked pages keep the ordering rules of idle pages: another stream that takes one waits on
+// the GPU for the stream that used it, and unmapping one waits for the work queued before
+// its block was freed.
+TEST_CASE("page mapper: parked pages are reused by another stream only after the last",
+          "[component][page_mapper][parked]") {
+  PagedParts p(with_limit(8 * MiB), manual_device());
+  Segment& main = p.segment(0);
+  Segment& side = p.segment(kSide, 4 * p.page);
+  REQUIRE(side.pages.size() >= 4);
+  REQUIRE(p.mapper.use(main, main.base, 4 * p.page, Request{}) == Error::ok);
+  p.fake.enqueue_work(0, 0);  // a kernel still uses the block
+  p.mapper.unuse(main, main.base, 4 * p.page);
+  REQUIRE(p.physical.parked().count() == 4);
+  REQUIRE(p.mapper.use(side, side.base, 4 * p.page, Request{}) == Error::ok);
+  CHECK(p.physical.count() == 4);  // the cap: the side stream took main's parked pages
+  CHECK(p.physical.parked().empty());
+  CHECK(side.pages[0].phys == main.pages[0].phys);
+  CHECK(waits_between(p.fake, kSide, 0) >= 1);
+  CHECK_FALSE(p.fake.stream_idle(0, 0));  // ordered on the GPU, not by a host wait
+}
+
+TEST_CASE("page mapper: unmapping an unparked page waits for its stream",
+          "[component][page_mapper][parked]") {
+  PagedParts p({}, manual_device());
+  Segment& seg = p.segment(kSide);
+  REQUIRE(p.mapper.use(seg, seg.base, 4 * p.page, Request{}) == Error::ok);
+  p.fake.enqueue_work(0, kSide);
+  p.mapper.unuse(seg, seg.base, 4 * p.page);
+  REQUIRE(p.physical.parked().count() == 4);
+  p.mapper.unpark_all();
+  REQUIRE(p.mapper.unmap(seg.pages[2]) == Error::ok);
+  CHECK(p.ledger.stats().page_waits.current == 1);
+  CHECK(p.fake.stream_idle(0, kSide));  // the host waited before the unmap
+}
