@@ -171,6 +171,24 @@ __attribute__((visibility("default"))) int cuStreamBeginCapture_v2_ptsz(CUstream
   return cuStreamBeginCapture_v2(stream != nullptr ? stream : kPerThreadStream, mode);
 }
 
+// A capture into an existing graph (CUDA 12.3): counted like cuStreamBeginCapture.
+__attribute__((visibility("default"))) int cuStreamBeginCaptureToGraph(
+    CUstream stream, void* graph, const void* dependencies, const void* dependency_data,
+    std::size_t count, int mode) {
+  Inside inside;
+  const int r = REAL(cuStreamBeginCaptureToGraph)("cuStreamBeginCaptureToGraph", stream, graph,
+                                                  dependencies, dependency_data, count, mode);
+  if (r == kSuccess && serve(inside)) capture_began(stream);
+  return r;
+}
+
+__attribute__((visibility("default"))) int cuStreamBeginCaptureToGraph_ptsz(
+    CUstream stream, void* graph, const void* dependencies, const void* dependency_data,
+    std::size_t count, int mode) {
+  return cuStreamBeginCaptureToGraph(stream != nullptr ? stream : kPerThreadStream, graph,
+                                     dependencies, dependency_data, count, mode);
+}
+
 __attribute__((visibility("default"))) int cuStreamEndCapture(CUstream stream, void** graph) {
   Inside inside;
   const int r = REAL(cuStreamEndCapture)("cuStreamEndCapture", stream, graph);

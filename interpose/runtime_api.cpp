@@ -258,6 +258,29 @@ __attribute__((visibility("default"))) int cudaStreamEndCapture_ptsz(void* strea
   return r;
 }
 
+// A capture into an existing graph (CUDA 12.3) is counted like any other; it ends with
+// cudaStreamEndCapture.
+__attribute__((visibility("default"))) int cudaStreamBeginCaptureToGraph(
+    void* stream, void* graph, const void* dependencies, const void* dependency_data,
+    std::size_t count, int mode) {
+  Inside inside;
+  const int r = REAL(cudaStreamBeginCaptureToGraph)("cudaStreamBeginCaptureToGraph", stream, graph,
+                                                    dependencies, dependency_data, count, mode);
+  if (r == kSuccess && serve(inside)) capture_began(stream);
+  return r;
+}
+
+__attribute__((visibility("default"))) int cudaStreamBeginCaptureToGraph_ptsz(
+    void* stream, void* graph, const void* dependencies, const void* dependency_data,
+    std::size_t count, int mode) {
+  Inside inside;
+  const int r = REAL(cudaStreamBeginCaptureToGraph_ptsz)(
+      "cudaStreamBeginCaptureToGraph_ptsz", stream, graph, dependencies, dependency_data, count,
+      mode);
+  if (r == kSuccess && serve(inside)) capture_began(stream != nullptr ? stream : kPerThreadStream);
+  return r;
+}
+
 }  // extern "C"
 
 #undef REAL

@@ -61,11 +61,10 @@ void DeferredFrees::free_in_stream_order(const LiveEntry& entry) {
 
 void DeferredFrees::free_in_device_order(const LiveEntry& entry) {
   stream_uses_.erase(entry.key);  // the fence covers every stream
-  if (streams_ == StreamVisibility::all_seen && fence_streams_.empty()) {
-    // Only the default streams exist: later work on them already runs after the free's.
-    pools_.complete_free(entry.owner.untagged(), entry.key);
-    return;
-  }
+  // Even with no stream created, the memory is not reusable at once: per-thread default
+  // streams (--default-stream per-thread, CU_STREAM_PER_THREAD) are never created through a
+  // call, and two of them, in two host threads, do not order each other. The fence's event
+  // on the legacy default stream orders them.
   PendingFree pending = make_pending(entry);
   unfenced_bytes_ += pending.owner.rounded_size();
   if (!pending.owner.is_slab()) pending.owner.block()->state = Block::State::pending;
@@ -131,11 +130,12 @@ void DeferredFrees::fence() {
     complete_after_device_sync();
     return;
   }
-  if (!fence_streams_.empty()) {
-    std::vector<StreamHandle> waiters = fence_streams_;
-    waiters.push_back(0);
-    if (!sync_.fence(fence_streams_, waiters)) return;  // nothing is ordered: keep waiting
-  }
+  // With no stream registered this is one event recorded on the legacy default stream: it
+  // runs after the earlier work of every blocking stream (per-thread default streams
+  // included), and later work on any of them runs after it.
+  std::vector<StreamHandle> waiters = fence_streams_;
+  waiters.push_back(0);
+  if (!sync_.fence(fence_streams_, waiters)) return;  // nothing is ordered: keep waiting
   complete_unfenced();
 }
 

@@ -10,12 +10,14 @@
 //             may still use the memory. How that is proved depends on what can be seen
 //             (Settings::streams):
 //             all_seen         every stream is created through an interposed call (a
-//                              dynamically linked runtime): while none but the default
-//                              streams exist the memory is reusable at once (the legacy
-//                              default stream orders against every blocking stream);
-//                              otherwise fence() makes every known stream and the legacy
+//                              dynamically linked runtime), except the per-thread default
+//                              streams: fence() makes every created stream and the legacy
 //                              one wait on the GPU for each other's work (StreamSync::fence),
 //                              with no host wait, and a new stream waits for all older work.
+//                              The event on the legacy stream orders the blocking streams
+//                              nobody created (per-thread default streams of several host
+//                              threads, which do not order each other): even with no stream
+//                              created, a free waits for a fence, which is then one event.
 //             unseen_possible  a statically linked runtime creates streams out of sight, and
 //                              an event on the legacy default stream does not order
 //                              non-blocking streams: nothing short of a synchronization of
@@ -76,8 +78,7 @@ class DeferredFrees {
 
   // A free in stream order: complete at once unless other streams used the memory.
   void free_in_stream_order(const LiveEntry& entry);
-  // A free in device order: waits for the next fence (with all streams seen and none but the
-  // default ones, completes at once).
+  // A free in device order: waits for the next fence.
   void free_in_device_order(const LiveEntry& entry);
 
   bool has_pending() const { return !pending_.empty(); }

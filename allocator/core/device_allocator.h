@@ -74,9 +74,9 @@ class DeviceAllocator final : private FreeCompletion {
   //           streams are covered by record_stream)
   //   device  not reused by any work that could run before the work queued on the device
   //           before the free (cudaFree's guarantee), on any stream, seen or not. No device
-  //           call at the free. With every stream seen (Settings::streams), reusable at once
-  //           while only default streams exist, else behind a GPU-side fence when an
-  //           allocation would need new memory. Where streams may be unseen, the memory waits
+  //           call at the free. With every stream seen (Settings::streams), reusable behind a
+  //           GPU-side fence (one event on the legacy default stream when no stream was
+  //           created) when an allocation would need new memory. Where streams may be unseen, the memory waits
   //           until an allocation would need new memory and the waiting frees exceed
   //           kFenceSlack (or 1/32 of reserved memory); then one device synchronization
   //           completes all of them (DeferredFrees::fence).

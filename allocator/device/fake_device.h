@@ -20,7 +20,12 @@
 //   queued by enqueue_work() stays pending until complete_work()/complete_all(); an event
 //   completes when the work queued on its stream before the record has completed.
 //   stream_wait_event() is logged (waits()) and completing a stream first completes what it
-//   waits on.
+//   waits on. Streams declared blocking (set_blocking: a per-thread default stream, a stream
+//   created without cudaStreamNonBlocking) are ordered with the legacy default stream
+//   (handle 0) as in CUDA: an operation on the legacy stream (work, a copy, an event record)
+//   runs after the work queued so far on every blocking stream, and work queued later on a
+//   blocking stream runs after it. Blocking streams do not order each other. Without a
+//   declared blocking stream, the legacy stream orders nothing.
 // - fork(): the child gets its own copy of the simulated memory (the memory files would
 //   otherwise be shared: the child's writes and frees would change the parent's buffers), as
 //   a child never shares device memory with its parent in CUDA.
@@ -100,6 +105,8 @@ class FakeDevice final : public Device {
   void complete_work(int dev, StreamHandle stream);
   void complete_all();
   bool stream_idle(int dev, StreamHandle stream);
+  // Declares `stream` of `dev` blocking: ordered with the legacy default stream (see above).
+  void set_blocking(int dev, StreamHandle stream);
 
   // The nth (1 = next) call of `kind` from now fails with `status`.
   void fail_call(CallKind kind, int nth, Status status = Status::out_of_memory, int count = 1);
@@ -183,6 +190,10 @@ class FakeDevice final : public Device {
   bool valid_device(int dev) const { return dev >= 0 && dev < options_.devices; }
   StreamState& stream_state(int dev, StreamHandle stream);
   void complete_stream(const StreamKey& key, std::uint64_t upto);
+  // Queues one operation on `key` with the legacy stream's implicit ordering; returns its
+  // number (completed at once without manual streams).
+  std::uint64_t queue_operation(const StreamKey& key);
+  bool orders_with_legacy(const StreamKey& key) const;  // the legacy stream or a blocking one
   bool event_done(const EventState& e);
   struct PendingCopy {
     StreamKey stream;
@@ -233,6 +244,7 @@ class FakeDevice final : public Device {
   // more is not canonical), so an unbacked address never collides with real memory.
   static constexpr std::uintptr_t kUnbackedBase = std::uintptr_t{1} << 52;
   std::map<StreamKey, StreamState> streams_;
+  std::vector<StreamKey> blocking_;  // set_blocking
   std::unordered_map<EventHandle, EventState> events_;
   EventHandle next_event_ = 1;
   std::vector<Wait> waits_;

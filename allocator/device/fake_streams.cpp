@@ -26,6 +26,46 @@ void FakeDevice::complete_stream(const StreamKey& key, std::uint64_t upto) {
   run_completed_copies();
 }
 
+bool FakeDevice::orders_with_legacy(const StreamKey& key) const {
+  if (blocking_.empty()) return false;
+  if (key.stream == 0) return true;
+  return std::any_of(blocking_.begin(), blocking_.end(), [&](const StreamKey& b) {
+    return b.dev == key.dev && b.stream == key.stream;
+  });
+}
+
+std::uint64_t FakeDevice::queue_operation(const StreamKey& key) {
+  // The legacy stream's implicit ordering, as dependencies of the operation queued now: on
+  // the legacy stream, after each blocking stream's queued work; on a blocking stream, after
+  // the legacy stream's (which carries its own dependencies on the others).
+  if (options_.manual_streams && orders_with_legacy(key)) {
+    auto depend_on = [&](const StreamKey& on) {
+      StreamState& target = streams_[on];
+      if (target.completed >= target.queued) return;
+      StreamState& s = streams_[key];
+      s.waits_on.push_back(StreamState::Dependency{s.queued, on, target.queued});
+    };
+    if (key.stream == 0) {
+      for (const StreamKey& b : blocking_) {
+        if (b.dev == key.dev) depend_on(b);
+      }
+    } else {
+      depend_on(StreamKey{key.dev, 0});
+    }
+  }
+  StreamState& s = streams_[key];
+  ++s.queued;
+  if (!options_.manual_streams) s.completed = s.queued;
+  return s.queued;
+}
+
+void FakeDevice::set_blocking(int dev, StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  if (stream != 0 && !orders_with_legacy(StreamKey{dev, stream})) {
+    blocking_.push_back(StreamKey{dev, stream});
+  }
+}
+
 void FakeDevice::run_completed_copies() {
   std::erase_if(copies_, [&](const PendingCopy& c) {
     if (streams_[c.stream].completed < c.seq) return false;
@@ -46,9 +86,8 @@ Status FakeDevice::copy(int dev, std::uintptr_t dst, std::uintptr_t src, std::si
   if (Status s = check_fault(CallKind::copy); s != Status::ok) return s;
   if (!valid_device(dev) || bytes == 0) return Status::invalid_value;
   if (!range_backed(src, bytes) || !range_backed(dst, bytes)) return Status::invalid_value;
-  StreamState& s = stream_state(dev, stream);
-  copies_.push_back(PendingCopy{StreamKey{dev, stream}, ++s.queued, dst, src, bytes});
-  if (!options_.manual_streams) s.completed = s.queued;
+  const StreamKey key{dev, stream};
+  copies_.push_back(PendingCopy{key, queue_operation(key), dst, src, bytes});
   run_completed_copies();
   return Status::ok;
 }
@@ -82,7 +121,9 @@ Status FakeDevice::event_record(int dev, EventHandle event, StreamHandle stream)
   const StreamKey key{dev, stream};
   it->second.recorded = true;
   it->second.stream = key;
-  it->second.seq = stream_state(dev, stream).queued;
+  // Recorded on the legacy or a blocking stream, the record is an operation with the legacy
+  // stream's ordering; elsewhere it marks the work queued so far.
+  it->second.seq = orders_with_legacy(key) ? queue_operation(key) : stream_state(dev, stream).queued;
   return Status::ok;
 }
 
@@ -151,9 +192,7 @@ void FakeDevice::set_manual_streams(bool manual) {
 
 void FakeDevice::enqueue_work(int dev, StreamHandle stream) {
   std::lock_guard lock(mutex_);
-  StreamState& s = stream_state(dev, stream);
-  ++s.queued;
-  if (!options_.manual_streams) s.completed = s.queued;
+  queue_operation(StreamKey{dev, stream});
 }
 
 void FakeDevice::complete_work(int dev, StreamHandle stream) {

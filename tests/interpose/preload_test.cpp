@@ -342,7 +342,23 @@ void capture_and_fences(GetProc get) {
   check(mem_free(b) == CUDA_SUCCESS, "capture: free after the capture");
   check(mem_alloc(&c, kBig) == CUDA_SUCCESS && cudalloc_stat("fences", true) > fences,
         "capture: after it, the next allocation fences and reuses");
-  mem_free(c);
+  // A capture into an existing graph is counted the same way.
+  auto begin_to_graph = reinterpret_cast<CUresult (*)(CUstream, void*, const void*, const void*,
+                                                      std::size_t, int)>(
+      proc("cuStreamBeginCaptureToGraph"));
+  check(begin_to_graph && begin_to_graph(created, reinterpret_cast<void*>(0x6000), nullptr,
+                                         nullptr, 0, 0) == CUDA_SUCCESS,
+        "capture: cuStreamBeginCaptureToGraph through cuGetProcAddress");
+  const long long fences_to_graph = cudalloc_stat("fences", true);
+  CUdeviceptr d = 0, e = 0;
+  check(mem_free(c) == CUDA_SUCCESS && mem_alloc(&d, kBig) == CUDA_SUCCESS && d != c &&
+            cudalloc_stat("fences", true) == fences_to_graph,
+        "capture: no fence while a capture into a graph is underway");
+  check(end(created, &graph) == CUDA_SUCCESS, "capture: cuStreamEndCapture of it");
+  check(mem_free(d) == CUDA_SUCCESS && mem_alloc(&e, kBig) == CUDA_SUCCESS &&
+            cudalloc_stat("fences", true) > fences_to_graph,
+        "capture: after it ends, fences again");
+  mem_free(e);
 }
 
 }  // namespace

@@ -44,6 +44,11 @@ int cuStreamCreate(void** stream, unsigned flags) { (void)flags; *stream = (void
 int cuStreamDestroy_v2(void* stream) { (void)stream; return 0; }
 int cuStreamBeginCapture_v2(void* stream, int mode) { (void)stream; (void)mode; return 0; }
 int cuStreamEndCapture(void* stream, void** graph) { (void)stream; *graph = NULL; return 0; }
+int cuStreamBeginCaptureToGraph(void* stream, void* graph, const void* deps, const void* data,
+                                unsigned long count, int mode) {
+  (void)stream; (void)graph; (void)deps; (void)data; (void)count; (void)mode;
+  return 0;
+}
 
 static void* lookup(const char* symbol) {
   if (strcmp(symbol, "cuInit") == 0) return (void*)&cuInit;
@@ -60,6 +65,7 @@ static void* lookup(const char* symbol) {
   if (strcmp(symbol, "cuStreamDestroy") == 0) return (void*)&cuStreamDestroy_v2;
   if (strcmp(symbol, "cuStreamBeginCapture") == 0) return (void*)&cuStreamBeginCapture_v2;
   if (strcmp(symbol, "cuStreamEndCapture") == 0) return (void*)&cuStreamEndCapture;
+  if (strcmp(symbol, "cuStreamBeginCaptureToGraph") == 0) return (void*)&cuStreamBeginCaptureToGraph;
   return NULL;
 }
 

@@ -188,18 +188,25 @@ TEST_CASE("deferred frees: a fence whose synchronization fails completes nothing
   CHECK_FALSE(f.deferred.has_unfenced());
 }
 
-TEST_CASE("deferred frees, all streams seen: device-ordered frees complete at once with no registered stream",
+TEST_CASE("deferred frees, all streams seen: with no registered stream the fence is one event on the legacy stream",
           "[component][deferred_frees]") {
+  // Per-thread default streams are never created through a call: the free waits for an
+  // event on the legacy stream, which orders every blocking stream.
   Frees f(StreamVisibility::all_seen);
   FakeAllocation a(kOwn);
   f.deferred.note_use(a.entry, kOther);
   f.fake.enqueue_work(0, kOther);
   f.deferred.free_in_device_order(a.entry);
+  CHECK(f.done.addrs.empty());
+  CHECK(f.deferred.has_unfenced());
+  CHECK_FALSE(f.deferred.has_stream_uses(a.entry.key));  // the fence covers every stream
+  f.deferred.fence();
   CHECK(f.done.addrs.size() == 1);
   CHECK_FALSE(f.done.owners[0].has_stream_uses());
   CHECK_FALSE(f.deferred.has_unfenced());
-  CHECK_FALSE(f.deferred.has_stream_uses(a.entry.key));
-  CHECK(f.fake.calls(CallKind::event_record) == 0);
+  CHECK(f.fake.calls(CallKind::event_record) == 1);
+  CHECK(f.fake.calls(CallKind::stream_wait_event) == 0);
+  CHECK(f.fake.calls(CallKind::synchronize) == 0);
 }
 
 TEST_CASE("deferred frees, all streams seen: with a registered stream device-ordered frees wait for a fence",
@@ -268,6 +275,7 @@ TEST_CASE("deferred frees, all streams seen: a new stream waits for all older wo
   CHECK_FALSE(f.deferred.streams_registered());
   FakeAllocation a(kOwn);
   f.deferred.free_in_device_order(a.entry);
+  f.deferred.fence();
   CHECK(f.done.addrs.size() == 1);
 }
 

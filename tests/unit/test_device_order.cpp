@@ -167,13 +167,42 @@ TEST_CASE("memory_info reports the device's free memory plus the cache, within t
   CHECK(free_bytes == 256 * MiB);
 }
 
-TEST_CASE("all streams seen: with only default streams, device-ordered frees are reused at once",
-          "[device_order]") {
+TEST_CASE("all streams seen: with only default streams, device-ordered frees are reused behind "
+          "one event on the legacy stream", "[device_order]") {
   Harness h(all_streams_seen());
   void* p = h.get(64 * MiB);
+  const auto records = h.fake.calls(CallKind::event_record);
   REQUIRE(h.alloc->deallocate(p, Order::device) == Error::ok);
   CHECK(h.get(64 * MiB) == p);
-  CHECK(h.fake.calls(CallKind::event_record) == 0);
+  CHECK(h.fake.calls(CallKind::event_record) == records + 1);
+  CHECK(h.fake.calls(CallKind::synchronize) == 0);
+}
+
+TEST_CASE("all streams seen: memory freed while one thread's per-thread default stream uses it "
+          "is not reused by another's before that work", "[device_order][per_thread]") {
+  // Per-thread default streams of two host threads (--default-stream per-thread) are
+  // created by no call and do not order each other; both order with the legacy stream.
+  Harness h(all_streams_seen());
+  h.fake.set_manual_streams(true);
+  constexpr StreamHandle kThreadA = 0x2a, kThreadB = 0x2b;  // their per-thread streams
+  h.fake.set_blocking(0, kThreadA);
+  h.fake.set_blocking(0, kThreadB);
+  std::vector<void*> reused;
+  for (int round = 0; round < 3; ++round) {
+    void* p = h.get(8 * MiB);
+    h.fake.enqueue_work(0, kThreadA);  // thread A's kernel still reads p
+    REQUIRE(h.alloc->deallocate(p, Order::device) == Error::ok);
+    void* q = h.get(8 * MiB);  // thread B's allocation
+    h.fake.enqueue_work(0, kThreadB);  // thread B's kernel writes q
+    if (q == p) reused.push_back(q);
+    // Wherever q lies over p, B's work runs only after A's.
+    h.fake.complete_work(0, kThreadB);
+    if (q == p) CHECK(h.fake.stream_idle(0, kThreadA));
+    h.fake.complete_all();
+    h.put(q);
+  }
+  CHECK_FALSE(reused.empty());  // the case is exercised: memory is reused, not grown
+  h.check();
 }
 
 TEST_CASE("all streams seen: device-ordered frees are reused behind a fence that orders every "
