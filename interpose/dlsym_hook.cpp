@@ -65,6 +65,9 @@ __attribute__((visibility("hidden"))) void* cudalloc_dlsym_impl(void* handle, co
       cudalloc::interpose::Inside::active() || !cudalloc::interpose::enabled()) {
     return real;
   }
+  if (std::strcmp(symbol, "cuGetExportTable") == 0) {
+    cudalloc::interpose::runtime_lookup_from(__builtin_return_address(0));
+  }
   void* ours = exported_hook(symbol);
   return ours != nullptr ? ours : real;
 }

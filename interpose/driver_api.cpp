@@ -57,6 +57,10 @@ extern "C" {
 
 __attribute__((visibility("default"))) int cuGetProcAddress(const char* symbol, void** fn,
                                                             int version, std::uint64_t flags);
+__attribute__((visibility("default"))) int cuGetProcAddress_v2(const char* symbol, void** fn,
+                                                               int version,
+                                                               std::uint64_t flags,
+                                                               int* status);
 
 __attribute__((visibility("default"))) int cuMemAlloc_v2(CUdeviceptr* dptr, std::size_t size) {
   Inside inside;
@@ -209,11 +213,15 @@ __attribute__((visibility("default"))) int cuDevicePrimaryCtxReset_v2(int device
   return REAL(cuDevicePrimaryCtxReset_v2)("cuDevicePrimaryCtxReset", device);
 }
 
-__attribute__((visibility("default"))) int cuGetProcAddress_v2(const char* symbol, void** fn,
-                                                               int version,
-                                                               std::uint64_t flags,
-                                                               int* status) {
+namespace {
+
+// cuGetProcAddress of either signature, called from `caller`.
+int get_proc_address(const char* symbol, void** fn, int version, std::uint64_t flags,
+                     int* status, const void* caller) {
   Inside inside;
+  if (serve(inside) && symbol != nullptr && std::strcmp(symbol, "cuGetExportTable") == 0) {
+    runtime_lookup_from(caller);
+  }
   if (serve(inside) && symbol != nullptr && fn != nullptr && version >= 3020) {
     if (void* hook = driver_hook(symbol, (flags & kPerThreadFlag) != 0)) {
       // Before CUDA 12.0, cuGetProcAddress itself had four parameters.
@@ -228,9 +236,18 @@ __attribute__((visibility("default"))) int cuGetProcAddress_v2(const char* symbo
   return REAL(cuGetProcAddress_v2)("cuGetProcAddress", symbol, fn, version, flags, status);
 }
 
+}  // namespace
+
+__attribute__((visibility("default"))) int cuGetProcAddress_v2(const char* symbol, void** fn,
+                                                               int version,
+                                                               std::uint64_t flags,
+                                                               int* status) {
+  return get_proc_address(symbol, fn, version, flags, status, __builtin_return_address(0));
+}
+
 __attribute__((visibility("default"))) int cuGetProcAddress(const char* symbol, void** fn,
                                                             int version, std::uint64_t flags) {
-  return cuGetProcAddress_v2(symbol, fn, version, flags, nullptr);
+  return get_proc_address(symbol, fn, version, flags, nullptr, __builtin_return_address(0));
 }
 
 }  // extern "C"

@@ -35,6 +35,15 @@ class Inside {
 // True when the shim should serve this call itself.
 inline bool serve(const Inside& inside) { return inside.entered() && enabled(); }
 
+// A lookup of the driver's private interface (cuGetExportTable), made only by CUDA
+// runtimes, from code at `caller`. One that does not come from the shared libcudart these
+// hooks interpose is a runtime linked into its object (nvcc's default; CuPy's modules carry
+// one): it creates streams out of sight, so device-ordered frees switch, for the rest of the
+// process, to waiting for a device synchronization (core/deferred_frees.h). NVIDIA's own
+// libraries, which carry one too but order their work on the caller's streams, are known by
+// name and change nothing (shim.cpp).
+void runtime_lookup_from(const void* caller) noexcept;
+
 // The process-wide allocator, or nullptr if it cannot be created.
 Allocator* allocator();
 

@@ -61,10 +61,17 @@ void DeferredFrees::free_in_stream_order(const LiveEntry& entry) {
 
 void DeferredFrees::free_in_device_order(const LiveEntry& entry) {
   stream_uses_.erase(entry.key);  // the fence covers every stream
-  // Even with no stream created, the memory is not reusable at once: per-thread default
-  // streams (--default-stream per-thread, CU_STREAM_PER_THREAD) are never created through a
-  // call, and two of them, in two host threads, do not order each other. The fence's event
-  // on the legacy default stream orders them.
+  if (streams_ == StreamVisibility::all_seen && fence_streams_.empty()) {
+    // Only default streams: the memory is reusable once one operation on the legacy default
+    // stream lies between this free and the work of its next user. Per-thread default
+    // streams (--default-stream per-thread, CU_STREAM_PER_THREAD) need it: no call creates
+    // them, and two of them, in two host threads, do not order each other; each orders with
+    // the legacy stream. The allocation that may hand the memory out queues it first
+    // (order_before_reuse).
+    legacy_event_owed_ = true;
+    pools_.complete_free(entry.owner.untagged(), entry.key);
+    return;
+  }
   PendingFree pending = make_pending(entry);
   unfenced_bytes_ += pending.owner.rounded_size();
   if (!pending.owner.is_slab()) pending.owner.block()->state = Block::State::pending;
@@ -124,18 +131,25 @@ void DeferredFrees::poll(Wait wait) {
   }
 }
 
+void DeferredFrees::order_before_reuse() {
+  if (!legacy_event_owed_) return;
+  // One event on the legacy stream: it runs after the earlier work of every blocking stream,
+  // and work queued later on any of them runs after it. Without it (an event that cannot be
+  // recorded) the fence synchronizes the device.
+  if (sync_.fence({}, {})) legacy_event_owed_ = false;
+}
+
 void DeferredFrees::fence() {
   if (unfenced_.empty()) return;
   if (fence_synchronizes()) {
     complete_after_device_sync();
     return;
   }
-  // With no stream registered this is one event recorded on the legacy default stream: it
-  // runs after the earlier work of every blocking stream (per-thread default streams
-  // included), and later work on any of them runs after it.
+  // The event on the legacy default stream also orders the blocking streams nobody created.
   std::vector<StreamHandle> waiters = fence_streams_;
   waiters.push_back(0);
   if (!sync_.fence(fence_streams_, waiters)) return;  // nothing is ordered: keep waiting
+  legacy_event_owed_ = false;  // the fence's event on the legacy stream is one
   complete_unfenced();
 }
 
@@ -169,6 +183,7 @@ void DeferredFrees::register_stream(StreamHandle stream) {
 void DeferredFrees::unregister_stream(StreamHandle stream) { std::erase(fence_streams_, stream); }
 
 void DeferredFrees::forget() {
+  legacy_event_owed_ = false;  // the device was synchronized
   pending_.clear();
   unfenced_.clear();
   unfenced_bytes_ = 0;

@@ -11,13 +11,15 @@
 //             (Settings::streams):
 //             all_seen         every stream is created through an interposed call (a
 //                              dynamically linked runtime), except the per-thread default
-//                              streams: fence() makes every created stream and the legacy
-//                              one wait on the GPU for each other's work (StreamSync::fence),
-//                              with no host wait, and a new stream waits for all older work.
-//                              The event on the legacy stream orders the blocking streams
-//                              nobody created (per-thread default streams of several host
-//                              threads, which do not order each other): even with no stream
-//                              created, a free waits for a fence, which is then one event.
+//                              streams. With none created the memory is reusable at once,
+//                              provided one operation on the legacy default stream comes
+//                              before its next user's work: the next allocation queues one
+//                              event there (order_before_reuse), which orders every blocking
+//                              stream, per-thread default streams of several host threads
+//                              included (they do not order each other). Otherwise fence()
+//                              makes every created stream and the legacy one wait on the GPU
+//                              for each other's work (StreamSync::fence), with no host wait,
+//                              and a new stream waits for all older work.
 //             unseen_possible  a statically linked runtime creates streams out of sight, and
 //                              an event on the legacy default stream does not order
 //                              non-blocking streams: nothing short of a synchronization of
@@ -78,8 +80,12 @@ class DeferredFrees {
 
   // A free in stream order: complete at once unless other streams used the memory.
   void free_in_stream_order(const LiveEntry& entry);
-  // A free in device order: waits for the next fence.
+  // A free in device order: waits for the next fence (with all streams seen and none but
+  // the default ones, completes at once and owes one event on the legacy stream).
   void free_in_device_order(const LiveEntry& entry);
+  // Before an allocation may hand out memory freed in device order with only default
+  // streams: the owed event on the legacy default stream (nothing when none is owed).
+  void order_before_reuse();
 
   bool has_pending() const { return !pending_.empty(); }
   bool has_unfenced() const { return !unfenced_.empty(); }
@@ -95,6 +101,10 @@ class DeferredFrees {
   // Whether fence() synchronizes the device (unseen streams possible): then it is worth
   // calling only once enough frees wait.
   bool fence_synchronizes() const { return streams_ == StreamVisibility::unseen_possible; }
+
+  // From now on streams may be unseen (a CUDA runtime appeared that creates them out of
+  // sight): fences synchronize the device. Frees waiting now complete at the next fence.
+  void streams_may_be_unseen() { streams_ = StreamVisibility::unseen_possible; }
 
   // Streams created by the program (all_seen: the fence orders them; a new one waits for the
   // work queued before it).
@@ -129,8 +139,9 @@ class DeferredFrees {
 
   std::vector<PendingFree> unfenced_;
   std::size_t unfenced_bytes_ = 0;
-  const StreamVisibility streams_;
+  StreamVisibility streams_;
   std::vector<StreamHandle> fence_streams_;
+  bool legacy_event_owed_ = false;  // see order_before_reuse
   std::unordered_map<std::uintptr_t, std::vector<StreamHandle>> stream_uses_;
 };
 

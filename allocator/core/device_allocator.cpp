@@ -86,6 +86,7 @@ Error DeviceAllocator::allocate(std::size_t size, StreamHandle stream, void** pt
                   size, ordinal_, total);
     }
     if (deferred_.has_pending()) deferred_.poll(Wait::poll);
+    deferred_.order_before_reuse();
     std::uintptr_t addr = 0;
     Owner owner;
     const auto device_allocs_before = ledger_.stats().device_allocs.total;
@@ -147,6 +148,11 @@ Error DeviceAllocator::allocate_locked(std::size_t size, StreamHandle stream,
   }
   if (err == Error::out_of_memory) return out_of_memory(size, pool.stream);
   return err;
+}
+
+void DeviceAllocator::note_unseen_streams() {
+  std::lock_guard lock(lock_);
+  deferred_.streams_may_be_unseen();
 }
 
 bool DeviceAllocator::fence_due() const {

@@ -74,9 +74,10 @@ class DeviceAllocator final : private FreeCompletion {
   //           streams are covered by record_stream)
   //   device  not reused by any work that could run before the work queued on the device
   //           before the free (cudaFree's guarantee), on any stream, seen or not. No device
-  //           call at the free. With every stream seen (Settings::streams), reusable behind a
-  //           GPU-side fence (one event on the legacy default stream when no stream was
-  //           created) when an allocation would need new memory. Where streams may be unseen, the memory waits
+  //           call at the free. With every stream seen (Settings::streams): while only default
+  //           streams exist, reusable at once behind one event on the legacy default stream
+  //           that the next allocation queues; else behind a GPU-side fence when an
+  //           allocation would need new memory. Where streams may be unseen, the memory waits
   //           until an allocation would need new memory and the waiting frees exceed
   //           kFenceSlack (or 1/32 of reserved memory); then one device synchronization
   //           completes all of them (DeferredFrees::fence).
@@ -131,6 +132,9 @@ class DeviceAllocator final : private FreeCompletion {
   // caller never says when the graph is gone. The graph's memory stays the graph's for the
   // life of the process (one warning says so). Otherwise as allocate().
   Error allocate_owned_by_capture(std::size_t size, StreamHandle stream, void** ptr);
+  // Streams may now exist that no call registers (a CUDA runtime linked into a library
+  // appeared): device-ordered frees wait for a device synchronization from now on.
+  void note_unseen_streams();
   // Private pools (private_pools.h; private_pools.cpp): create or add a user; drop a user
   // (the last one releases the pool's memory to the shared cache as it becomes free).
   Error create_private_pool(PoolId id);

@@ -11,6 +11,8 @@
 //                  --default-stream per-thread (the *_ptds targets), the per-thread
 //                  default streams, which no call creates and which do not order each other
 //     driver       cuMemAlloc/cuMemFree and cuStreamCreate (the driver API), two streams
+//     library      (the preload_streams_library target) the reader runs inside a library
+//                  that carries its own statically linked runtime and stream, as NCCL does
 //     detector     the control: the same loop over a pool that hands a freed buffer out again
 //                  at once, with no ordering at all, as an unsafe allocator would. It must
 //                  find changed words (exit 0 when it does): proof that the check can fail.
@@ -23,6 +25,14 @@
 // statically (nvcc's default) and dynamically (the *_shared targets).
 #include <cuda.h>
 #include <cuda_runtime.h>
+
+#include "hazard_kernels.cuh"
+
+#ifdef STREAMS_WITH_LIBRARY
+// static_reader.cu: a reader on the library's own runtime and stream.
+extern "C" int static_reader_check(const unsigned* x, std::size_t n, unsigned pattern,
+                                   unsigned long long* wrong);
+#endif
 
 #include <chrono>
 #include <cstdio>
@@ -43,40 +53,8 @@ namespace {
     }                                                                                      \
   } while (0)
 
-constexpr int kReadRounds = 5;  // each after a sleep of 20 us: the window a reuse would hit
-
-__device__ unsigned word(std::size_t i, unsigned pattern) { return pattern ^ unsigned(i * 2654435761u); }
-
-__global__ void fill(unsigned* x, std::size_t n, unsigned pattern) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    x[i] = word(i, pattern);
-  }
-}
-
-// Counts the words of x that are not the pattern, reading all of them kReadRounds times.
-__global__ void slow_check(const unsigned* x, std::size_t n, unsigned pattern,
-                           unsigned long long* wrong) {
-  unsigned long long bad = 0;
-  for (int round = 0; round < kReadRounds; ++round) {
-    __nanosleep(20000);
-    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-         i += std::size_t(gridDim.x) * blockDim.x) {
-      bad += x[i] != word(i, pattern);
-    }
-  }
-  if (bad != 0) atomicAdd(wrong, bad);
-}
-
-__global__ void count_wrong(const unsigned* x, std::size_t n, unsigned pattern,
-                            unsigned long long* wrong) {
-  unsigned long long bad = 0;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    bad += x[i] != word(i, pattern);
-  }
-  if (bad != 0) atomicAdd(wrong, bad);
-}
+// The library mode's reader: the library's own runtime on its own stream.
+bool g_library_reader = false;
 
 enum class Api { runtime, driver, unsafe_pool };
 
@@ -126,7 +104,14 @@ void hazard_loop(Api api, cudaStream_t reader, cudaStream_t writer, int iteratio
     const unsigned read_pattern = 0x5eed0000u + unsigned(seed * 100000 + it);
     auto* a = static_cast<unsigned*>(allocate(api, n * sizeof(unsigned)));
     fill<<<kGrid, kBlock, 0, reader>>>(a, n, read_pattern);
-    slow_check<<<kGrid, kBlock, 0, reader>>>(a, n, read_pattern, counters.device);
+    if (g_library_reader) {
+#ifdef STREAMS_WITH_LIBRARY
+      CHECK(cudaStreamSynchronize(reader));  // the library's stream does not wait for ours
+      CHECK(static_reader_check(a, n, read_pattern, counters.device));
+#endif
+    } else {
+      slow_check<<<kGrid, kBlock, 0, reader>>>(a, n, read_pattern, counters.device);
+    }
     release(api, a);  // the reader still runs
     auto* b = static_cast<unsigned*>(allocate(api, n * sizeof(unsigned)));
     const unsigned write_pattern = ~read_pattern;
@@ -195,6 +180,17 @@ int main(int argc, char** argv) {
     CHECK(cudaStreamDestroy(writer));
   } else if (mode == "threads" || mode == "default") {
     run_threads(iterations, mode == "threads", counters);
+  } else if (mode == "library") {
+#ifdef STREAMS_WITH_LIBRARY
+    g_library_reader = true;
+    cudaStream_t writer = make_stream(Api::runtime, true);
+    hazard_loop(Api::runtime, nullptr, writer, iterations, 0, counters);
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaStreamDestroy(writer));
+#else
+    std::fprintf(stderr, "mode library needs the preload_streams_library build\n");
+    return 2;
+#endif
   } else if (mode == "detector") {
     CHECK(cudaMalloc(&g_unsafe_buffer, std::size_t{16} << 20));
     cudaStream_t reader = make_stream(Api::runtime, true), writer = make_stream(Api::runtime, true);

@@ -188,25 +188,34 @@ TEST_CASE("deferred frees: a fence whose synchronization fails completes nothing
   CHECK_FALSE(f.deferred.has_unfenced());
 }
 
-TEST_CASE("deferred frees, all streams seen: with no registered stream the fence is one event on the legacy stream",
+TEST_CASE("deferred frees, all streams seen: with no registered stream a free completes at once and owes one legacy event",
           "[component][deferred_frees]") {
-  // Per-thread default streams are never created through a call: the free waits for an
-  // event on the legacy stream, which orders every blocking stream.
+  // Per-thread default streams are never created through a call: before the memory is
+  // handed out again, one event on the legacy stream orders every blocking stream.
   Frees f(StreamVisibility::all_seen);
-  FakeAllocation a(kOwn);
+  FakeAllocation a(kOwn, 0x10000);
+  FakeAllocation b(kOwn, 0x20000);
   f.deferred.note_use(a.entry, kOther);
   f.fake.enqueue_work(0, kOther);
   f.deferred.free_in_device_order(a.entry);
-  CHECK(f.done.addrs.empty());
-  CHECK(f.deferred.has_unfenced());
-  CHECK_FALSE(f.deferred.has_stream_uses(a.entry.key));  // the fence covers every stream
-  f.deferred.fence();
-  CHECK(f.done.addrs.size() == 1);
+  f.deferred.free_in_device_order(b.entry);
+  CHECK(f.done.addrs.size() == 2);
   CHECK_FALSE(f.done.owners[0].has_stream_uses());
   CHECK_FALSE(f.deferred.has_unfenced());
+  CHECK_FALSE(f.deferred.has_stream_uses(a.entry.key));  // the legacy event covers every stream
+  CHECK(f.fake.calls(CallKind::event_record) == 0);
+  f.deferred.order_before_reuse();  // one event for both frees
+  CHECK(f.fake.calls(CallKind::event_record) == 1);
+  f.deferred.order_before_reuse();  // nothing owed any more
   CHECK(f.fake.calls(CallKind::event_record) == 1);
   CHECK(f.fake.calls(CallKind::stream_wait_event) == 0);
   CHECK(f.fake.calls(CallKind::synchronize) == 0);
+  // An event that cannot be recorded: the device is synchronized instead.
+  FakeAllocation c(kOwn, 0x30000);
+  f.deferred.free_in_device_order(c.entry);
+  f.fake.fail_call(CallKind::event_record, 1, Status::device_error);
+  f.deferred.order_before_reuse();
+  CHECK(f.fake.calls(CallKind::synchronize) == 1);
 }
 
 TEST_CASE("deferred frees, all streams seen: with a registered stream device-ordered frees wait for a fence",
@@ -275,7 +284,6 @@ TEST_CASE("deferred frees, all streams seen: a new stream waits for all older wo
   CHECK_FALSE(f.deferred.streams_registered());
   FakeAllocation a(kOwn);
   f.deferred.free_in_device_order(a.entry);
-  f.deferred.fence();
   CHECK(f.done.addrs.size() == 1);
 }
 

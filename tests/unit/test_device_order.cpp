@@ -167,13 +167,15 @@ TEST_CASE("memory_info reports the device's free memory plus the cache, within t
   CHECK(free_bytes == 256 * MiB);
 }
 
-TEST_CASE("all streams seen: with only default streams, device-ordered frees are reused behind "
-          "one event on the legacy stream", "[device_order]") {
+TEST_CASE("all streams seen: with only default streams, device-ordered frees are reused at once "
+          "behind one event on the legacy stream", "[device_order]") {
   Harness h(all_streams_seen());
-  void* p = h.get(64 * MiB);
+  void* p = h.get(4 * MiB);
   const auto records = h.fake.calls(CallKind::event_record);
   REQUIRE(h.alloc->deallocate(p, Order::device) == Error::ok);
-  CHECK(h.get(64 * MiB) == p);
+  CHECK(h.get(4 * MiB) == p);
+  CHECK(h.fake.calls(CallKind::event_record) == records + 1);
+  CHECK(h.get(4 * MiB) != p);  // no free since: no event
   CHECK(h.fake.calls(CallKind::event_record) == records + 1);
   CHECK(h.fake.calls(CallKind::synchronize) == 0);
 }
