@@ -51,6 +51,15 @@ int free_ours(CUdeviceptr dptr, DeviceAllocator::FreeOrder order, void* stream, 
                      kNotOurs);
 }
 
+// CUipcMemHandle's layout: 64 opaque bytes, passed by value to cuIpcOpenMemHandle.
+struct IpcMemHandle {
+  unsigned char bytes[64];
+};
+
+int legacy_open(void** base, const unsigned char* bytes, unsigned flags);
+int legacy_close(void* base);
+constexpr LegacyIpc kLegacy{&legacy_open, &legacy_close};
+
 }  // namespace
 
 extern "C" {
@@ -205,6 +214,38 @@ __attribute__((visibility("default"))) int cuStreamEndCapture_ptsz(CUstream stre
   return cuStreamEndCapture(stream != nullptr ? stream : kPerThreadStream, graph);
 }
 
+// CUDA IPC (shim.h); a statically linked runtime's cudaIpc* calls arrive here.
+__attribute__((visibility("default"))) int cuIpcGetMemHandle(IpcMemHandle* handle,
+                                                             CUdeviceptr ptr) {
+  Inside inside;
+  int code = 0;
+  if (handle != nullptr && serve(inside) &&
+      ipc_export(reinterpret_cast<void*>(ptr), handle->bytes, &code)) {
+    return code;
+  }
+  return REAL(cuIpcGetMemHandle)("cuIpcGetMemHandle", handle, ptr);
+}
+
+__attribute__((visibility("default"))) int cuIpcOpenMemHandle_v2(CUdeviceptr* ptr,
+                                                                 IpcMemHandle handle,
+                                                                 unsigned flags) {
+  Inside inside;
+  int code = 0;
+  void* opened = nullptr;
+  if (ptr != nullptr && serve(inside) && ipc_open(handle.bytes, flags, &opened, kLegacy, &code)) {
+    if (code == 0) *ptr = reinterpret_cast<CUdeviceptr>(opened);
+    return code;
+  }
+  return REAL(cuIpcOpenMemHandle_v2)("cuIpcOpenMemHandle", ptr, handle, flags);
+}
+
+__attribute__((visibility("default"))) int cuIpcCloseMemHandle(CUdeviceptr ptr) {
+  Inside inside;
+  int code = 0;
+  if (serve(inside) && ipc_close(reinterpret_cast<void*>(ptr), kLegacy, &code)) return code;
+  return REAL(cuIpcCloseMemHandle)("cuIpcCloseMemHandle", ptr);
+}
+
 // cudaDeviceReset of a statically linked runtime arrives here: everything cudalloc holds on
 // the device goes back before the context's memory does.
 __attribute__((visibility("default"))) int cuDevicePrimaryCtxReset_v2(int device) {
@@ -251,6 +292,23 @@ __attribute__((visibility("default"))) int cuGetProcAddress(const char* symbol, 
 }
 
 }  // extern "C"
+
+namespace {
+
+int legacy_open(void** base, const unsigned char* bytes, unsigned flags) {
+  IpcMemHandle h;
+  std::memcpy(h.bytes, bytes, sizeof h.bytes);
+  CUdeviceptr p = 0;
+  const int r = REAL(cuIpcOpenMemHandle_v2)("cuIpcOpenMemHandle", &p, h, flags);
+  if (r == 0) *base = reinterpret_cast<void*>(p);
+  return r;
+}
+
+int legacy_close(void* base) {
+  return REAL(cuIpcCloseMemHandle)("cuIpcCloseMemHandle", reinterpret_cast<CUdeviceptr>(base));
+}
+
+}  // namespace
 
 #undef REAL
 

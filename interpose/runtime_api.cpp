@@ -8,6 +8,7 @@
 // synchronization a real cudaFree performs.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "interpose/shim.h"
 #include "util/units.h"
@@ -56,6 +57,15 @@ int free_ours(void* ptr, DeviceAllocator::FreeOrder order, void* stream, bool on
   const int r = free_result(free_if_ours(ptr, order, stream, on_stream), kNotOurs);
   return r == kNotOurs ? r : answered(r);
 }
+
+// cudaIpcMemHandle_t's layout: 64 opaque bytes, passed by value to cudaIpcOpenMemHandle.
+struct IpcMemHandle {
+  unsigned char bytes[64];
+};
+
+int legacy_open(void** base, const unsigned char* bytes, unsigned flags);
+int legacy_close(void* base);
+constexpr LegacyIpc kLegacy{&legacy_open, &legacy_close};
 
 }  // namespace
 
@@ -281,6 +291,46 @@ __attribute__((visibility("default"))) int cudaStreamBeginCaptureToGraph_ptsz(
   return r;
 }
 
+// CUDA IPC (shim.h): cudalloc's memory gets a handle of cudalloc's, which these open; other
+// memory and other handles go to the runtime.
+__attribute__((visibility("default"))) int cudaIpcGetMemHandle(IpcMemHandle* handle, void* ptr) {
+  Inside inside;
+  int code = kSuccess;
+  if (handle != nullptr && serve(inside) && ipc_export(ptr, handle->bytes, &code)) {
+    return answered(code);
+  }
+  return REAL(cudaIpcGetMemHandle)("cudaIpcGetMemHandle", handle, ptr);
+}
+
+__attribute__((visibility("default"))) int cudaIpcOpenMemHandle(void** ptr, IpcMemHandle handle,
+                                                                unsigned flags) {
+  Inside inside;
+  int code = kSuccess;
+  if (ptr != nullptr && serve(inside) && ipc_open(handle.bytes, flags, ptr, kLegacy, &code)) {
+    return answered(code);
+  }
+  return REAL(cudaIpcOpenMemHandle)("cudaIpcOpenMemHandle", ptr, handle, flags);
+}
+
+__attribute__((visibility("default"))) int cudaIpcCloseMemHandle(void* ptr) {
+  Inside inside;
+  int code = kSuccess;
+  if (serve(inside) && ipc_close(ptr, kLegacy, &code)) return answered(code);
+  return REAL(cudaIpcCloseMemHandle)("cudaIpcCloseMemHandle", ptr);
+}
+
 }  // extern "C"
+
+namespace {
+
+int legacy_open(void** base, const unsigned char* bytes, unsigned flags) {
+  IpcMemHandle h;
+  std::memcpy(h.bytes, bytes, sizeof h.bytes);
+  return REAL(cudaIpcOpenMemHandle)("cudaIpcOpenMemHandle", base, h, flags);
+}
+
+int legacy_close(void* base) { return REAL(cudaIpcCloseMemHandle)("cudaIpcCloseMemHandle", base); }
+
+}  // namespace
 
 #undef REAL

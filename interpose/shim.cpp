@@ -201,6 +201,7 @@ FreeResult free_if_ours(void* ptr, DeviceAllocator::FreeOrder order, void* strea
     const auto handle = reinterpret_cast<StreamHandle>(stream);
     const Error err = a->free_anywhere(ptr, order, ordered_on_stream ? &handle : nullptr);
     if (err == Error::invalid_pointer) return FreeResult::not_ours;
+    if (err == Error::ok) ipc_forget(ptr);
     return err == Error::ok ? FreeResult::freed : FreeResult::failed;
   } catch (...) {
     return FreeResult::failed;

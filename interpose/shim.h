@@ -81,6 +81,25 @@ bool keep_freed_in_capture(void* ptr);
 void capture_began(void* stream);
 void capture_ended(void* stream);
 
+// CUDA IPC (ipc.cpp). The handle of cudalloc's memory is cudalloc's own: it names a record
+// in the exporting process that says how to open it (a legacy handle of the segment plus an
+// offset, or the file descriptors of the pages). `LegacyIpc` is the real API's legacy
+// open/close, for plain memory and for handles that are not cudalloc's.
+struct LegacyIpc {
+  int (*open)(void** base, const unsigned char* handle, unsigned flags);
+  int (*close)(void* base);
+};
+// cudalloc's handle of its live allocation `ptr` into the 64 bytes of `handle`, with the
+// CUDA code in *code; false when `ptr` is not cudalloc's (the caller asks the driver).
+bool ipc_export(void* ptr, unsigned char* handle, int* code) noexcept;
+// Opens `handle` when it is cudalloc's (true; the code in *code); false otherwise.
+bool ipc_open(const unsigned char* handle, unsigned flags, void** ptr, const LegacyIpc& legacy,
+              int* code) noexcept;
+// Closes what ipc_open opened (true; the code in *code); false for other pointers.
+bool ipc_close(void* ptr, const LegacyIpc& legacy, int* code) noexcept;
+// The allocation `ptr` was freed: its records go (a handle of it no longer opens).
+void ipc_forget(void* ptr) noexcept;
+
 // Outcome of freeing through cudalloc.
 enum class FreeResult { freed, not_ours, failed };
 FreeResult free_if_ours(void* ptr, DeviceAllocator::FreeOrder order, void* stream, bool ordered_on_stream);

@@ -75,6 +75,43 @@ cudalloc_error_t cudalloc_ipc_handle(const void* ptr, void* handle, size_t* offs
   });
 }
 
+cudalloc_error_t cudalloc_ipc_share_pages(const void* ptr, size_t* page_size, size_t* offset,
+                                          int* fds, size_t capacity, size_t* count) {
+  return on_owner(ptr, "ipc_share_pages", [&](DeviceAllocator& d) {
+    if (page_size == nullptr || offset == nullptr || count == nullptr ||
+        (fds == nullptr && capacity != 0)) {
+      return fail(Error::invalid_value,
+                  "ipc_share_pages: page_size, offset or count is NULL, or fds is NULL");
+    }
+    return d.share_pages(ptr, page_size, offset, fds, capacity, count);
+  });
+}
+
+cudalloc_error_t cudalloc_ipc_open_pages(int pid, const int* fds, size_t count,
+                                         size_t page_size, int device, void** base) {
+  if (base != nullptr) *base = nullptr;
+  return on_device(device, MinusOne::current, [&](DeviceAllocator& d) {
+    if (base == nullptr) return fail(Error::invalid_value, "ipc_open_pages: base is NULL");
+    return d.open_shared_pages(pid, fds, count, page_size, base);
+  });
+}
+
+cudalloc_error_t cudalloc_ipc_close_pages(void* base) {
+  return guarded([&]() -> Error {
+    DeviceAllocator* owner = nullptr;
+    if (base != nullptr) {
+      process_allocator().for_each_device([&](DeviceAllocator& d) {
+        if (owner == nullptr && d.owns_shared_pages(base)) owner = &d;
+      });
+    }
+    if (owner == nullptr) {
+      return fail(Error::invalid_pointer, "ipc_close_pages: %p is no shared memory opened here",
+                  base);
+    }
+    return owner->close_shared_pages(base);
+  });
+}
+
 cudalloc_error_t cudalloc_largest_free_block(int device, size_t* bytes) {
   return on_device(device, MinusOne::current, [&](DeviceAllocator& d) {
     if (bytes == nullptr) return fail(Error::invalid_value, "largest_free_block: bytes is NULL");

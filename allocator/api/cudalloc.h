@@ -154,6 +154,28 @@ cudalloc_error_t cudalloc_pool_allocations(cudalloc_pool_t pool, int device, voi
  * with VMM) gives CUDALLOC_ERROR_NOT_SUPPORTED; CUDALLOC_CONF=vmm:0 makes all memory plain. */
 #define CUDALLOC_IPC_HANDLE_BYTES 64
 cudalloc_error_t cudalloc_ipc_handle(const void* ptr, void* handle, size_t* offset);
+/* Paged memory, shared as its physical pages: one POSIX file descriptor per page under the
+ * live allocation `ptr`, open in this process for as long as the page exists (never close
+ * them). *count receives the number of pages, and the first min(count, capacity) descriptors
+ * go to `fds` (capacity 0 asks for the count only); *page_size is the pages' size and
+ * *offset ptr's offset from the first page's start. Another process maps them with
+ * cudalloc_ipc_open_pages, or, in PyTorch's wire format, with PyTorch's own allocator
+ * (expandable segments use the same scheme). The first share lets processes of the same user
+ * take this process's descriptors over (prctl PR_SET_PTRACER_ANY: pidfd_getfd needs ptrace
+ * permission). While shared, the allocation's memory cannot move to the host tier.
+ * CUDALLOC_ERROR_NOT_SUPPORTED for plain memory (use cudalloc_ipc_handle), host-tier pages
+ * and drivers or containers without file-descriptor handles. */
+cudalloc_error_t cudalloc_ipc_share_pages(const void* ptr, size_t* page_size, size_t* offset,
+                                          int* fds, size_t capacity, size_t* count);
+/* Maps, on `device` (-1: current), the `count` pages of `page_size` bytes that process `pid`
+ * shared as the descriptors `fds` (their numbers in that process), in order, at a new address
+ * range; *base receives its start (the shared allocation lies at *base + offset). Needs
+ * pidfd_getfd (Linux 5.6) and permission to ptrace `pid`. */
+cudalloc_error_t cudalloc_ipc_open_pages(int pid, const int* fds, size_t count,
+                                         size_t page_size, int device, void** base);
+/* Unmaps a range cudalloc_ipc_open_pages returned, after this process's queued work on the
+ * device is done. CUDALLOC_ERROR_INVALID_DEVICE_POINTER for any other address. */
+cudalloc_error_t cudalloc_ipc_close_pages(void* base);
 
 /* ---- Inspection ---------------------------------------------------------------------- */
 /* The largest free block a request on `device` could get from the cache without new device

@@ -30,6 +30,7 @@ DeviceAllocator::DeviceAllocator(device::Device& device, int ordinal, const Sett
       staging_(device, ordinal, page_size_),
       physical_(device, ordinal, page_size_, settings_, budget_, ledger_, staging_),
       mapper_(device, ordinal, page_size_, budget_, physical_, sync_, staging_, ledger_, pools_),
+      imported_(device, ordinal),
       blocks_(device, ordinal, settings_, budget_, ledger_, sync_, pools_,
               page_size_ != 0 ? &mapper_ : nullptr),
       slabs_(classes_, settings_, blocks_, ledger_, pools_),

@@ -37,6 +37,7 @@
 #include "core/live_map.h"
 #include "core/migrator.h"
 #include "core/page_mapper.h"
+#include "core/imported_pages.h"
 #include "core/physical_pages.h"
 #include "core/private_pools.h"
 #include "core/request.h"
@@ -146,6 +147,21 @@ class DeviceAllocator final : private FreeCompletion {
   // allocation's offset in it (PyTorch's shareIpcHandle). not_supported for paged and host
   // memory, which cannot carry one.
   Error ipc_handle(const void* ptr, unsigned char* handle, std::size_t* offset) const;
+  // Paged memory shared with another process (ipc.cpp): the physical pages under the live
+  // allocation `ptr` as POSIX file descriptors of this process, open while the pages exist.
+  // *count is the number of pages; the first min(count, capacity) descriptors go to `fds`.
+  // *offset is ptr's offset from the start of the first page. not_supported for plain and
+  // host memory (plain memory has ipc_handle) and where the driver cannot export.
+  Error share_pages(const void* ptr, std::size_t* page_size, std::size_t* offset, int* fds,
+                    std::size_t capacity, std::size_t* count);
+  // Maps pages another process shared (share_pages there) at a new range of this process;
+  // close_shared_pages unmaps it (imported_pages.h).
+  Error open_shared_pages(int pid, const int* fds, std::size_t count, std::size_t page_size,
+                          void** base);
+  Error close_shared_pages(void* base);
+  bool owns_shared_pages(const void* base) const {
+    return imported_.owns(reinterpret_cast<std::uintptr_t>(base));
+  }
   // The largest free block of the shared pools that a request could get without new device
   // memory (in paged mode bounded by the idle physical pages that could back it).
   std::size_t largest_free_block() const;
@@ -204,6 +220,7 @@ class DeviceAllocator final : private FreeCompletion {
   Staging staging_;
   PhysicalPages physical_;
   PageMapper mapper_;
+  ImportedPages imported_;  // memory of other processes mapped here (its own lock)
   BlockPool blocks_;
   SlabPool slabs_;
   Migrator migrator_;

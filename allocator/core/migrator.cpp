@@ -34,7 +34,17 @@ Error Migrator::move(const AllocationSpan& span, Location to, StreamHandle strea
   }
   const auto [first, last] = seg.pages_under(span.addr, span.size, mapper_.page_size());
   std::vector<Page*> pages;
-  for (std::size_t i = first; i <= last; ++i) pages.push_back(&span.segment->pages[i]);
+  for (std::size_t i = first; i <= last; ++i) {
+    Page& page = span.segment->pages[i];
+    // Another process maps the physical page itself: a move would leave it with the old
+    // memory while this one sees the new.
+    if (page.phys != nullptr && page.phys->shared_fd >= 0 && !on(*page.phys, to)) {
+      return fail(Error::not_supported,
+                  "device %d: %#zx cannot move: its memory is shared with another process "
+                  "(CUDA IPC)", ordinal_, static_cast<std::size_t>(span.addr));
+    }
+    pages.push_back(&page);
+  }
   return move_pages(std::move(pages), to, stream);
 }
 

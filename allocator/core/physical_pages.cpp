@@ -1,5 +1,7 @@
 #include "core/physical_pages.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "core/log.h"
@@ -146,12 +148,38 @@ Error PhysicalPages::create(Location where, PhysicalPage** out) {
   return Error::ok;
 }
 
+Error PhysicalPages::share(PhysicalPage& phys, int* fd) {
+  if (phys.shared_fd < 0) {
+    if (phys.host) {
+      return fail(Error::not_supported,
+                  "device %d: host-tier pages cannot be shared with another process", ordinal_);
+    }
+    const auto status = device_.export_physical(phys.handle, &phys.shared_fd);
+    if (status != device::Status::ok) {
+      phys.shared_fd = -1;
+      return fail(status == device::Status::not_supported ? Error::not_supported
+                                                          : Error::device_error,
+                  "device %d: exporting a physical page for another process failed: %s %s "
+                  "(CUDALLOC_CONF=vmm:0 shares plain memory through legacy IPC handles)",
+                  ordinal_, device::status_name(status), device_.last_failure());
+    }
+  }
+  *fd = phys.shared_fd;
+  return Error::ok;
+}
+
+void PhysicalPages::close_share(PhysicalPage& phys) {
+  if (phys.shared_fd >= 0) ::close(phys.shared_fd);
+  phys.shared_fd = -1;
+}
+
 bool PhysicalPages::release(PhysicalPage* phys) {
   if (device_.release_physical(phys->handle) != device::Status::ok) {
     log().warn("device {}: releasing a physical page failed: {}; kept for the next try",
                ordinal_, device_.last_failure());
     return false;
   }
+  close_share(*phys);
   take_idle(*phys);
   PhysicalPage* moved = pages_.back();
   pages_[phys->index] = moved;
@@ -192,6 +220,7 @@ void PhysicalPages::drop_all() {
   for (PhysicalPage* phys : pages_) {
     if (phys->home != 0) device_.unmap(phys->home, page_size_);
     device_.release_physical(phys->handle);
+    close_share(*phys);
     delete phys;
   }
   pages_.clear();

@@ -64,6 +64,11 @@ class PhysicalPages {
   Error create(device::Location where, PhysicalPage** out);
   // Returns an idle page mapped nowhere to the driver; false (and kept) on failure.
   bool release(PhysicalPage* phys);
+  // A POSIX file descriptor of `phys` for another process (CUDA IPC of paged memory): exported
+  // at the first call, the same one afterwards, open until the page is released (the other
+  // process takes it over whenever it opens the share). not_supported for host pages and
+  // memory the driver cannot export.
+  Error share(PhysicalPage& phys, int* fd);
   // Returns every idle page mapped nowhere (empty_cache); the device bytes released.
   std::size_t release_idle();
   // Makes sure the driver's answer to host-located pages is known (the first spill).
@@ -139,6 +144,7 @@ class PhysicalPages {
   void drop_all();
 
  private:
+  void close_share(PhysicalPage& phys);  // closes the exported descriptor, if any
   IdleList& idle_of(const PhysicalPage& phys) { return phys.host ? host_idle_ : device_idle_; }
   // Takes the oldest (newest) idle device page, listed or parked; requires one.
   PhysicalPage* take_device_idle(bool newest);

@@ -70,6 +70,10 @@ struct PhysicalPage {
   std::vector<Page*> mappings;
   std::uint64_t idle_since = 0;
   std::size_t index = 0;  // position in the device's list of physical pages
+  // Exported for another process (PhysicalPages::share): a POSIX file descriptor kept open
+  // until the page is released, -1 while never shared. A shared page never moves to other
+  // memory under a live allocation (Migrator::move refuses).
+  int shared_fd = -1;
   PhysicalPage* idle_prev = nullptr;
   PhysicalPage* idle_next = nullptr;
 };

@@ -161,29 +161,6 @@ Error DeviceAllocator::private_pool_allocations(PoolId id,
   });
 }
 
-Error DeviceAllocator::ipc_handle(const void* ptr, unsigned char* handle,
-                                  std::size_t* offset) const {
-  std::lock_guard lock(lock_);
-  AllocationSpan span;
-  if (const Error err = span_of(ptr, &span); err != Error::ok) return err;
-  const Segment& seg = *span.segment;
-  if (seg.kind != Segment::Kind::plain) {
-    return fail(Error::not_supported,
-                "device %d: %p lies in %s memory, which cannot carry a CUDA IPC handle "
-                "(CUDALLOC_CONF=vmm:0 makes every allocation shareable)", ordinal_, ptr,
-                seg.paged() ? "paged" : "pinned host");
-  }
-  const auto status = device_.ipc_handle(ordinal_, reinterpret_cast<void*>(seg.base), handle);
-  if (status != device::Status::ok) {
-    return fail(status == device::Status::not_supported ? Error::not_supported
-                                                        : Error::device_error,
-                "device %d: no IPC handle for %p: %s %s", ordinal_, ptr,
-                device::status_name(status), device_.last_failure());
-  }
-  *offset = span.addr - seg.base;
-  return Error::ok;
-}
-
 std::size_t DeviceAllocator::largest_free_block() const {
   std::lock_guard lock(lock_);
   std::size_t plain = 0;

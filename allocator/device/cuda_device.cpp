@@ -8,6 +8,8 @@
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
 
+#include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <iterator>
@@ -49,6 +51,9 @@ struct Driver {
   PFN_cuStreamIsCapturing_v10000 stream_is_capturing = nullptr;
   PFN_cuStreamGetCaptureInfo_v11030 stream_capture_info = nullptr;
   PFN_cuIpcGetMemHandle_v4010 ipc_get_mem_handle = nullptr;
+  // Sharing physical memory between processes as POSIX file descriptors (optional).
+  PFN_cuMemExportToShareableHandle_v10020 mem_export = nullptr;
+  PFN_cuMemImportFromShareableHandle_v10020 mem_import = nullptr;
   PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange_capture_mode = nullptr;
   // Virtual memory management; all resolved or `vmm` is false.
   PFN_cuMemGetAllocationGranularity_v10020 mem_get_granularity = nullptr;
@@ -68,6 +73,7 @@ struct Driver {
   std::vector<CUresult> context_results;     // result of cuDevicePrimaryCtxRetain
   std::vector<std::size_t> granularities;    // 0 = no VMM
   std::vector<int> host_numa;                // the host NUMA node closest to each; -1 unknown
+  std::vector<bool> fd_handles;              // device memory can carry a POSIX fd handle
   // By ordinal: the devices that can reach its memory over peer-to-peer, itself first. Pages
   // mapped for a device are granted to all of them, so that copies and kernels of another
   // GPU (a tensor moved between devices) can use them, as with cudaMalloc'd memory.
@@ -117,6 +123,11 @@ bool resolve_core(Driver& d) {
 
 void resolve_optional(Driver& d) {
   if (!resolve("cuIpcGetMemHandle", &d.ipc_get_mem_handle)) d.ipc_get_mem_handle = nullptr;
+  if (!resolve("cuMemExportToShareableHandle", &d.mem_export) ||
+      !resolve("cuMemImportFromShareableHandle", &d.mem_import)) {
+    d.mem_export = nullptr;
+    d.mem_import = nullptr;
+  }
 }
 
 void resolve_capture(Driver& d) {
@@ -211,6 +222,13 @@ void load(Driver& d) {
         d.device_get_attribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, device) != CUDA_SUCCESS)
       numa = -1;
     d.host_numa.push_back(numa);
+    int fd_handles = 0;
+    if (r != CUDA_SUCCESS || d.mem_export == nullptr ||
+        d.device_get_attribute(&fd_handles,
+                               CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                               device) != CUDA_SUCCESS)
+      fd_handles = 0;
+    d.fd_handles.push_back(fd_handles != 0);
   }
   for (int i = 0; i < count; ++i) {
     std::vector<CUdevice> reach{d.devices[i]};
@@ -478,6 +496,31 @@ Status CudaDevice::unreserve(std::uintptr_t va, std::size_t bytes) {
   });
 }
 
+namespace {
+
+// Whether device memory is still created shareable: cleared, for the life of the process,
+// the first time the driver refuses a shareable creation for another reason than memory (a
+// container or driver that cannot hand out file descriptors), as PyTorch's expandable
+// segments do.
+std::atomic<bool> g_create_shareable{true};
+
+// Device memory on `dev`: shareable as a POSIX file descriptor where the device allows it
+// (export_physical), plain where it does not.
+CUresult create_device_memory(const Driver& d, int dev, std::size_t bytes,
+                              CUmemGenericAllocationHandle* h) {
+  CUmemAllocationProp prop = device_memory_prop(d.devices[dev]);
+  if (d.fd_handles[dev] && g_create_shareable.load(std::memory_order_relaxed)) {
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    const CUresult r = d.mem_create(h, bytes, &prop, 0);
+    if (r == CUDA_SUCCESS || r == CUDA_ERROR_OUT_OF_MEMORY) return r;
+    g_create_shareable.store(false, std::memory_order_relaxed);
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  }
+  return d.mem_create(h, bytes, &prop, 0);
+}
+
+}  // namespace
+
 Status CudaDevice::create_physical(int dev, std::size_t bytes, Location where,
                                    PhysicalHandle* handle) {
   return with_context(dev, [&](const Driver& d) {
@@ -486,7 +529,7 @@ Status CudaDevice::create_physical(int dev, std::size_t bytes, Location where,
     CUmemGenericAllocationHandle h = 0;
     CUresult r = CUDA_SUCCESS;
     if (where == Location::device) {
-      r = d.mem_create(&h, bytes, &prop, 0);
+      r = create_device_memory(d, dev, bytes, &h);
     } else {
       // The host node closest to the device where the driver knows it, else any host memory
       // (drivers before CUDA 12.2 know neither and fail: the caller falls back).
@@ -503,6 +546,29 @@ Status CudaDevice::create_physical(int dev, std::size_t bytes, Location where,
       }
     }
     Status s = check(r);
+    if (s == Status::ok) *handle = static_cast<PhysicalHandle>(h);
+    return s;
+  });
+}
+
+Status CudaDevice::export_physical(PhysicalHandle handle, int* fd) {
+  return without_context(true, [&](const Driver& d) {
+    if (d.mem_export == nullptr) return Status::not_supported;
+    int out = -1;
+    const Status s = check(d.mem_export(&out, static_cast<CUmemGenericAllocationHandle>(handle),
+                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    if (s == Status::ok) *fd = out;
+    // Memory created without the handle type: CUDA_ERROR_INVALID_VALUE or NOT_SUPPORTED.
+    return s == Status::invalid_value ? Status::not_supported : s;
+  });
+}
+
+Status CudaDevice::import_physical(int fd, PhysicalHandle* handle) {
+  return without_context(true, [&](const Driver& d) {
+    if (d.mem_import == nullptr) return Status::not_supported;
+    CUmemGenericAllocationHandle h = 0;
+    const Status s = check(d.mem_import(&h, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
+                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
     if (s == Status::ok) *handle = static_cast<PhysicalHandle>(h);
     return s;
   });

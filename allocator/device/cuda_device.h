@@ -36,6 +36,8 @@ class CudaDevice final : public Device {
   Status create_physical(int dev, std::size_t bytes, Location where,
                          PhysicalHandle* handle) override;
   Status release_physical(PhysicalHandle handle) override;
+  Status export_physical(PhysicalHandle handle, int* fd) override;
+  Status import_physical(int fd, PhysicalHandle* handle) override;
   Status map(std::uintptr_t va, std::size_t bytes, PhysicalHandle handle,
              std::size_t offset) override;
   Status unmap(std::uintptr_t va, std::size_t bytes) override;

@@ -60,6 +60,8 @@ enum class CallKind : int {
   copy,
   host_alloc,
   host_free,
+  export_physical,
+  import_physical,
   count_,
 };
 constexpr int kCallKinds = static_cast<int>(CallKind::count_);
@@ -93,6 +95,22 @@ class Device {
   virtual Status create_physical(int dev, std::size_t bytes, Location where,
                                  PhysicalHandle* handle) = 0;
   virtual Status release_physical(PhysicalHandle handle) = 0;
+  // Sharing physical memory with another process. export_physical gives a new POSIX file
+  // descriptor for `handle` (the caller closes it; while it is open the memory stays
+  // shareable); not_supported for memory that cannot be shared (host-located, or a driver or
+  // container without file-descriptor handles). import_physical makes a handle of this
+  // process for the memory behind `fd` (an exported descriptor the caller took over, e.g.
+  // with pidfd_getfd; not consumed): map and release it like one of create_physical.
+  virtual Status export_physical(PhysicalHandle handle, int* fd) {
+    (void)handle;
+    (void)fd;
+    return Status::not_supported;
+  }
+  virtual Status import_physical(int fd, PhysicalHandle* handle) {
+    (void)fd;
+    (void)handle;
+    return Status::not_supported;
+  }
   // Maps `bytes` of `handle` starting at `offset` at `va`; all three are page multiples.
   virtual Status map(std::uintptr_t va, std::size_t bytes, PhysicalHandle handle,
                      std::size_t offset) = 0;

@@ -299,7 +299,7 @@ Status FakeDevice::create_physical(int dev, std::size_t bytes, Location where,
   if (Status s = take_file_range(file, bytes, &offset); s != Status::ok) return s;
   memory_of(file).used += bytes;
   const PhysicalHandle h = next_physical_++;
-  physicals_[h] = Physical{dev, host, offset, bytes, 0, false};
+  physicals_[h] = Physical{dev, host, offset, bytes, 0, false, 1};
   *handle = h;
   return Status::ok;
 }
@@ -319,8 +319,53 @@ Status FakeDevice::release_physical(PhysicalHandle handle) {
   auto it = physicals_.find(handle);
   if (it == physicals_.end() || it->second.released) return Status::invalid_value;
   // As in CUDA, the memory itself goes away once its last mapping is unmapped.
-  it->second.released = true;
+  if (--it->second.holders == 0) it->second.released = true;
   free_physical_if_unused(handle);
+  return Status::ok;
+}
+
+namespace {
+// What an exported descriptor of the fake device holds.
+struct ExportedPhysical {
+  char magic[8];
+  const void* device;
+  PhysicalHandle handle;
+};
+constexpr char kExportMagic[8] = {'c', 'u', 'd', 'a', 'f', 'a', 'k', 'e'};
+}  // namespace
+
+Status FakeDevice::export_physical(PhysicalHandle handle, int* fd) {
+  std::lock_guard lock(mutex_);
+  if (Status s = check_fault(CallKind::export_physical); s != Status::ok) return s;
+  auto it = physicals_.find(handle);
+  if (it == physicals_.end() || it->second.released) return Status::invalid_value;
+  if (it->second.host) return Status::not_supported;  // as host-located memory on a GPU
+  ExportedPhysical record{};
+  std::memcpy(record.magic, kExportMagic, sizeof record.magic);
+  record.device = this;
+  record.handle = handle;
+  const int out = ::memfd_create("cudalloc-fake-physical", MFD_CLOEXEC);
+  if (out < 0) return Status::device_error;
+  if (::pwrite(out, &record, sizeof record, 0) != static_cast<ssize_t>(sizeof record)) {
+    ::close(out);
+    return Status::device_error;
+  }
+  *fd = out;
+  return Status::ok;
+}
+
+Status FakeDevice::import_physical(int fd, PhysicalHandle* handle) {
+  std::lock_guard lock(mutex_);
+  if (Status s = check_fault(CallKind::import_physical); s != Status::ok) return s;
+  ExportedPhysical record{};
+  if (::pread(fd, &record, sizeof record, 0) != static_cast<ssize_t>(sizeof record) ||
+      std::memcmp(record.magic, kExportMagic, sizeof record.magic) != 0 || record.device != this) {
+    return Status::invalid_value;
+  }
+  auto it = physicals_.find(record.handle);
+  if (it == physicals_.end() || it->second.released) return Status::invalid_value;
+  ++it->second.holders;
+  *handle = record.handle;
   return Status::ok;
 }
 

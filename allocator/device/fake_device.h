@@ -93,6 +93,12 @@ class FakeDevice final : public Device {
   Status synchronize(int dev) override;
   Status stream_capturing(int dev, StreamHandle stream, bool* capturing) override;
   Status capture_id(int dev, StreamHandle stream, std::uint64_t* id) override;
+  // Sharing within this process only (the simulated memory is private to it): the exported
+  // descriptor is a memfd naming this device and the handle; importing it gives the same
+  // handle once more, released separately (the memory goes when every holder released it
+  // and nothing maps it).
+  Status export_physical(PhysicalHandle handle, int* fd) override;
+  Status import_physical(int fd, PhysicalHandle* handle) override;
   // A fake handle: the bytes of "fake-ipc:" and the pointer (tests check what is exported).
   Status ipc_handle(int dev, void* ptr, unsigned char* handle) override;
 
@@ -173,6 +179,7 @@ class FakeDevice final : public Device {
     std::size_t bytes = 0;
     int mappings = 0;
     bool released = false;
+    int holders = 1;  // create_physical and each import_physical; release_physical drops one
   };
   struct Mapping {
     std::size_t bytes;

@@ -1,6 +1,8 @@
 // Private pools, IPC handles and inspection through libcudalloc.so (fake device, paged).
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <vector>
 
@@ -85,6 +87,42 @@ TEST_CASE("C API: paged memory has no IPC handle, and says why", "[capi]") {
   CHECK(cudalloc_ipc_handle(nullptr, handle, &offset) == CUDALLOC_ERROR_INVALID_DEVICE_POINTER);
   CHECK(cudalloc_ipc_handle(p, nullptr, &offset) == CUDALLOC_ERROR_INVALID_VALUE);
   CHECK(cudalloc_deallocate(p, -1) == CUDALLOC_SUCCESS);
+}
+
+TEST_CASE("C API: paged memory is shared by its pages and opened again", "[capi][ipc]") {
+  void* p = nullptr;
+  REQUIRE(cudalloc_allocate(&p, 4 << 20, 0, stream(0)) == CUDALLOC_SUCCESS);
+  std::memset(p, 0x5a, 4 << 20);
+  size_t page_size = 0, offset = 0, count = 0;
+  REQUIRE(cudalloc_ipc_share_pages(p, &page_size, &offset, nullptr, 0, &count) ==
+          CUDALLOC_SUCCESS);
+  REQUIRE(count >= 2);
+  std::vector<int> fds(count, -1);
+  REQUIRE(cudalloc_ipc_share_pages(p, &page_size, &offset, fds.data(), fds.size(), &count) ==
+          CUDALLOC_SUCCESS);
+  CHECK(cudalloc_ipc_share_pages(p, nullptr, &offset, fds.data(), fds.size(), &count) ==
+        CUDALLOC_ERROR_INVALID_VALUE);
+  CHECK(cudalloc_ipc_share_pages(p, &page_size, &offset, nullptr, 2, &count) ==
+        CUDALLOC_ERROR_INVALID_VALUE);
+  CHECK(cudalloc_ipc_share_pages(nullptr, &page_size, &offset, fds.data(), 2, &count) ==
+        CUDALLOC_ERROR_INVALID_DEVICE_POINTER);
+  void* base = nullptr;
+  const cudalloc_error_t opened =
+      cudalloc_ipc_open_pages(getpid(), fds.data(), count, page_size, -1, &base);
+  if (opened == CUDALLOC_SUCCESS) {
+    CHECK(std::memcmp(static_cast<char*>(base) + offset, p, 4 << 20) == 0);
+    CHECK(cudalloc_ipc_close_pages(base) == CUDALLOC_SUCCESS);
+  } else {  // a kernel without pidfd_getfd: refused with a reason
+    CHECK(std::strstr(cudalloc_last_error_string(), "pidfd") != nullptr);
+  }
+  CHECK(cudalloc_ipc_close_pages(base) == CUDALLOC_ERROR_INVALID_DEVICE_POINTER);
+  CHECK(cudalloc_ipc_close_pages(nullptr) == CUDALLOC_ERROR_INVALID_DEVICE_POINTER);
+  CHECK(cudalloc_ipc_open_pages(getpid(), fds.data(), count, page_size, -1, nullptr) ==
+        CUDALLOC_ERROR_INVALID_VALUE);
+  CHECK(cudalloc_ipc_open_pages(getpid(), fds.data(), count, page_size, 7, &base) ==
+        CUDALLOC_ERROR_INVALID_DEVICE);
+  CHECK(cudalloc_deallocate(p, -1) == CUDALLOC_SUCCESS);
+  CHECK(cudalloc_validate(-1) == CUDALLOC_SUCCESS);
 }
 
 TEST_CASE("C API: largest free block, memory info and fraction", "[capi]") {

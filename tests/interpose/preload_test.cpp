@@ -8,11 +8,14 @@
 //                          an H200, and failures are left for cudaGetLastError
 //   preload_test fork      fork() while threads allocate: every child can allocate
 //   preload_test oom PATH  an allocation past the limit fails and snapshot_on_oom wrote PATH
+//   preload_test ipc       CUDA IPC of paged memory through the runtime and the driver
 //   preload_test capture   stream-ordered calls on a stream being captured reach the driver
 //                          (graph memory nodes); memory of cudalloc freed in a capture stays
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -361,6 +364,72 @@ void capture_and_fences(GetProc get) {
   mem_free(e);
 }
 
+// Whether this kernel lets a process take over its own descriptors (pidfd_getfd).
+bool pidfd_available() {
+  const int probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const long pidfd = syscall(434 /* pidfd_open */, getpid(), 0);
+  const long fd = pidfd >= 0 && probe >= 0 ? syscall(438 /* pidfd_getfd */, pidfd, probe, 0) : -1;
+  for (long open_fd : {static_cast<long>(probe), pidfd, fd}) {
+    if (open_fd >= 0) close(static_cast<int>(open_fd));
+  }
+  return fd >= 0;
+}
+
+// CUDA IPC of cudalloc's paged memory, exported and opened in this one process (what the
+// simulated device can share): the runtime's and the driver's doors.
+int ipc_paths() {
+  if (!pidfd_available()) {
+    std::printf("SKIP: pidfd_getfd is not available\n");
+    return 77;
+  }
+  constexpr std::size_t kSize = std::size_t{5} << 20;
+  void* p = nullptr;
+  check(cudaMalloc(&p, kSize) == cudaSuccess, "ipc: cudaMalloc");
+  std::memset(p, 0x3c, kSize);  // simulated device memory is host memory
+  cudaIpcMemHandle_t h{};
+  check(cudaIpcGetMemHandle(&h, p) == cudaSuccess, "ipc: cudaIpcGetMemHandle of cudalloc's memory");
+  check(std::memcmp(h.reserved, "cudalloc", 8) == 0, "ipc: the handle is cudalloc's");
+  void* q = nullptr;
+  check(cudaIpcOpenMemHandle(&q, h, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess && q != nullptr &&
+            q != p,
+        "ipc: cudaIpcOpenMemHandle maps it at another address");
+  check(q != nullptr && std::memcmp(q, p, kSize) == 0, "ipc: with the same bytes");
+  void* again = nullptr;
+  check(cudaIpcOpenMemHandle(&again, h, 0) == cudaSuccess && again == q,
+        "ipc: opened twice, the same address");
+  if (q != nullptr) std::memset(q, 0x7e, 4096);
+  check(static_cast<unsigned char*>(p)[4095] == 0x7e, "ipc: writes through it reach the owner");
+  check(cudaIpcCloseMemHandle(q) == cudaSuccess && cudaIpcCloseMemHandle(q) == cudaSuccess,
+        "ipc: each open is closed");
+  // The driver's door, as a statically linked runtime takes it.
+  auto get = reinterpret_cast<CUresult (*)(const char*, void**, int, cuuint64_t,
+                                           CUdriverProcAddressQueryResult*)>(
+      dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2"));
+  auto proc = [&](const char* name) {
+    void* fn = nullptr;
+    return get && get(name, &fn, 12000, 0, nullptr) == CUDA_SUCCESS ? fn : nullptr;
+  };
+  auto get_handle = reinterpret_cast<CUresult (*)(CUipcMemHandle*, CUdeviceptr)>(
+      proc("cuIpcGetMemHandle"));
+  auto open_handle = reinterpret_cast<CUresult (*)(CUdeviceptr*, CUipcMemHandle, unsigned)>(
+      proc("cuIpcOpenMemHandle"));
+  auto close_handle = reinterpret_cast<CUresult (*)(CUdeviceptr)>(proc("cuIpcCloseMemHandle"));
+  CUipcMemHandle dh{};
+  CUdeviceptr dq = 0;
+  check(get_handle && open_handle && close_handle &&
+            get_handle(&dh, reinterpret_cast<CUdeviceptr>(p)) == CUDA_SUCCESS &&
+            open_handle(&dq, dh, 0) == CUDA_SUCCESS &&
+            std::memcmp(reinterpret_cast<void*>(dq), p, kSize) == 0 &&
+            close_handle(dq) == CUDA_SUCCESS,
+        "ipc: the driver's doors export, open and close");
+  check(cudaFree(p) == cudaSuccess, "ipc: free the shared memory");
+  void* stale = nullptr;
+  check(cudaIpcOpenMemHandle(&stale, h, 0) != cudaSuccess && stale == nullptr,
+        "ipc: a handle of freed memory does not open");
+  (void)cudaGetLastError();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -386,6 +455,10 @@ int main(int argc, char** argv) {
           "oom: snapshot_on_oom wrote the snapshot under LD_PRELOAD");
     if (f != nullptr) std::fclose(f);
     std::remove(argv[2]);
+  } else if (mode == "ipc") {
+    if (ipc_paths() == 77) return 77;
+    auto validate = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "cudalloc_validate"));
+    check(validate && validate(-1) == 0, "invariants hold");
   } else if (mode == "capture") {
     capture_paths();
     auto validate = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "cudalloc_validate"));

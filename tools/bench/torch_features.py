@@ -273,20 +273,55 @@ def cuda_ipc_plain(torch):
     return cuda_ipc(torch)
 
 
-@feature("cuda_ipc", "pools")
-def cuda_ipc(torch):
+def _share_with_child(torch, child_mode=None, numel=1000):
+    """Sends a CUDA tensor to a spawned child, which sums it. The child installs the same
+    allocator as this process (torch_dropin._setup), or the one of `child_mode`."""
+    import os
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     queue, answers = ctx.Queue(), ctx.Queue()
-    proc = ctx.Process(target=_ipc_child, args=(queue, answers), daemon=True)
-    proc.start()
-    t = torch.arange(1000, dtype=torch.float32, device="cuda")
+    mode_env = "CUDALLOC_DROPIN_MODE"
+    saved = os.environ.get(mode_env)
+    if child_mode is not None:
+        os.environ[mode_env] = child_mode  # what the child's import of the harness installs
+    try:
+        proc = ctx.Process(target=_ipc_child, args=(queue, answers), daemon=True)
+        proc.start()
+    finally:
+        if saved is not None:
+            os.environ[mode_env] = saved
+    t = torch.arange(numel, dtype=torch.float32, device="cuda")
     t.untyped_storage()._share_cuda_()  # raises here if the memory cannot be shared
     queue.put(t)
     got = answers.get(timeout=60)
     proc.join(60)
     assert got == float(t.sum()), f"child saw sum {got}"
     return {"detail": "child read the tensor"}
+
+
+@feature("cuda_ipc", "pools")
+def cuda_ipc(torch):
+    return _share_with_child(torch)
+
+
+@feature("cuda_ipc_large", "pools")
+def cuda_ipc_large(torch):
+    # 24 MiB: more than one page, at an offset inside the first.
+    return _share_with_child(torch, numel=6 << 20)
+
+
+@feature("cuda_ipc_cross", "pools",
+         env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+def cuda_ipc_cross(torch):
+    # Across allocators: PyTorch's own (with expandable segments, whose handles are of the
+    # same kind as cudalloc's paged ones) shares with a child under cudalloc, and cudalloc
+    # shares with a child under PyTorch's own allocator.
+    import os
+    mine = os.environ.get("CUDALLOC_DROPIN_MODE")
+    other = "cudalloc" if mine == "native" else "native"
+    result = _share_with_child(torch, child_mode=other, numel=3 << 20)
+    result["detail"] = f"a child under {other} read the tensor"
+    return result
 
 
 # ---- Features that must keep working ----------------------------------------------------

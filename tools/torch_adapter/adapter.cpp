@@ -4,9 +4,12 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <unistd.h>
+
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 namespace cudalloc::torch_adapter {
 namespace {
@@ -263,48 +266,109 @@ cudaError_t TorchAllocator::memcpyAsync(void* dst, int dstDevice, const void* sr
 }
 
 // PyTorch's wire format of a shareable handle (its CUDACachingAllocator): a version byte (2),
-// a type byte ('c': memory of cudaMalloc, whose cudaIpcMemHandle_t follows; 'e': its
-// expandable segments), or, from older versions, the 64 bytes of the handle alone. Handles
-// cudalloc writes are of type 'c', so a process under PyTorch's own allocator opens them.
+// a type byte, then the type's payload; from older versions, the 64 bytes of a legacy handle
+// alone. The two types cudalloc writes are PyTorch's own, so a process under PyTorch's
+// allocator opens them, and cudalloc opens PyTorch's:
+//   'c'  memory of cudaMalloc (cudalloc's plain segments): a cudaIpcMemHandle_t;
+//   'e'  expandable segments (cudalloc's paged memory): ShareHeader{pid, page size, pages},
+//        then one int per page, the exporter's POSIX file descriptor of it, which the
+//        receiver takes over with pidfd_getfd. The offset is from the first page's start.
 constexpr char kHandleVersion = 2;
 constexpr char kHandleCudaMalloc = 'c';
+constexpr char kHandlePages = 'e';
+
+// PyTorch's ExpandableSegment::ShareHeader, field for field (native layout).
+struct ShareHeader {
+  pid_t pid;
+  size_t segment_size;
+  size_t num_handles;
+};
+
+namespace {
+
+// The 'e' handle of paged memory at `ptr`; its offset from the first shared page in *offset.
+std::string share_pages(void* ptr, std::size_t* offset) {
+  std::size_t page_size = 0, count = 0;
+  check(cudalloc_ipc_share_pages(ptr, &page_size, offset, nullptr, 0, &count),
+        "sharing a CUDA tensor with another process (CUDA IPC)");
+  std::vector<int> fds(count);
+  check(cudalloc_ipc_share_pages(ptr, &page_size, offset, fds.data(), fds.size(), &count),
+        "sharing a CUDA tensor with another process (CUDA IPC)");
+  const ShareHeader header{getpid(), page_size, count};
+  std::string wire{kHandleVersion, kHandlePages};
+  wire.append(reinterpret_cast<const char*>(&header), sizeof header);
+  wire.append(reinterpret_cast<const char*>(fds.data()), fds.size() * sizeof(int));
+  return wire;
+}
+
+}  // namespace
 
 cca::ShareableHandle TorchAllocator::shareIpcHandle(void* ptr) {
   char handle[CUDALLOC_IPC_HANDLE_BYTES];
   std::size_t offset = 0;
-  check(cudalloc_ipc_handle(ptr, handle, &offset),
-        "sharing a CUDA tensor with another process (CUDA IPC)");
+  const cudalloc_error_t plain = cudalloc_ipc_handle(ptr, handle, &offset);
+  if (plain == CUDALLOC_ERROR_NOT_SUPPORTED) {  // paged memory: shared by its pages
+    std::string wire = share_pages(ptr, &offset);
+    return {static_cast<ptrdiff_t>(offset), std::move(wire)};
+  }
+  check(plain, "sharing a CUDA tensor with another process (CUDA IPC)");
   std::string wire{kHandleVersion, kHandleCudaMalloc};
   wire.append(handle, sizeof handle);
   return {static_cast<ptrdiff_t>(offset), std::move(wire)};
 }
 
+void* TorchAllocator::open_pages(const std::string& handle) {
+  ShareHeader header{};
+  TORCH_CHECK(handle.size() >= 2 + sizeof header, "cudalloc: truncated CUDA IPC handle");
+  std::memcpy(&header, handle.data() + 2, sizeof header);
+  TORCH_CHECK(header.num_handles > 0 &&
+                  handle.size() == 2 + sizeof header + header.num_handles * sizeof(int),
+              "cudalloc: malformed CUDA IPC handle of expandable segments (",
+              header.num_handles, " pages in ", handle.size(), " bytes)");
+  std::vector<int> fds(header.num_handles);
+  std::memcpy(fds.data(), handle.data() + 2 + sizeof header, fds.size() * sizeof(int));
+  void* base = nullptr;
+  check(cudalloc_ipc_open_pages(header.pid, fds.data(), fds.size(), header.segment_size, -1,
+                                &base),
+        "opening a CUDA tensor of another process (CUDA IPC)");
+  return base;
+}
+
 std::shared_ptr<void> TorchAllocator::getIpcDevPtr(std::string handle) {
-  std::string raw = handle;
-  if (handle.size() != CUDA_IPC_HANDLE_SIZE) {
-    TORCH_CHECK(handle.size() == 2 + CUDA_IPC_HANDLE_SIZE && handle[0] == kHandleVersion,
-                "cudalloc: unknown CUDA IPC handle format (", handle.size(), " bytes)");
-    TORCH_CHECK(handle[1] == kHandleCudaMalloc,
-                "cudalloc: the tensor was shared from expandable segments, whose handles "
-                "cudalloc cannot open; share it from memory of cudaMalloc");
-    raw = handle.substr(2);
-  }
   std::lock_guard lock(ipc_mutex_);
-  if (auto it = ipc_opened_.find(raw); it != ipc_opened_.end()) {
+  if (auto it = ipc_opened_.find(handle); it != ipc_opened_.end()) {
     if (auto open = it->second.lock()) return open;  // one mapping per handle, as CUDA wants
   }
-  cudaIpcMemHandle_t h;
-  std::memcpy(&h, raw.data(), CUDA_IPC_HANDLE_SIZE);
+  const bool legacy = handle.size() == CUDA_IPC_HANDLE_SIZE;
+  TORCH_CHECK(legacy || (handle.size() >= 2 && handle[0] == kHandleVersion),
+              "cudalloc: unknown CUDA IPC handle format (", handle.size(), " bytes)");
+  const char type = legacy ? kHandleCudaMalloc : handle[1];
+  TORCH_CHECK(type == kHandleCudaMalloc || type == kHandlePages,
+              "cudalloc: unknown CUDA IPC handle type '", type, "'");
   void* ptr = nullptr;
-  C10_CUDA_CHECK(cudaIpcOpenMemHandle(&ptr, h, cudaIpcMemLazyEnablePeerAccess));
-  std::shared_ptr<void> open(ptr, [this, raw](void* p) {
+  if (type == kHandlePages) {
+    ptr = open_pages(handle);
+  } else {
+    TORCH_CHECK(legacy || handle.size() == 2 + CUDA_IPC_HANDLE_SIZE,
+                "cudalloc: malformed CUDA IPC handle (", handle.size(), " bytes)");
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, handle.data() + (legacy ? 0 : 2), CUDA_IPC_HANDLE_SIZE);
+    C10_CUDA_CHECK(cudaIpcOpenMemHandle(&ptr, h, cudaIpcMemLazyEnablePeerAccess));
+  }
+  std::shared_ptr<void> open(ptr, [this, handle, type](void* p) {
     std::lock_guard inner(ipc_mutex_);
-    if (auto it = ipc_opened_.find(raw); it != ipc_opened_.end() && it->second.expired()) {
+    if (auto it = ipc_opened_.find(handle); it != ipc_opened_.end() && it->second.expired()) {
       ipc_opened_.erase(it);
     }
-    C10_CUDA_CHECK_WARN(cudaIpcCloseMemHandle(p));
+    if (type == kHandlePages) {
+      if (cudalloc_ipc_close_pages(p) != CUDALLOC_SUCCESS) {
+        TORCH_WARN("cudalloc: closing memory of another process: ", cudalloc_last_error_string());
+      }
+    } else {
+      C10_CUDA_CHECK_WARN(cudaIpcCloseMemHandle(p));
+    }
   });
-  ipc_opened_[raw] = open;
+  ipc_opened_[handle] = open;
   return open;
 }
 

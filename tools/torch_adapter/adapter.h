@@ -99,6 +99,8 @@ class TorchAllocator final : public cca::CUDAAllocator {
   std::mutex mutex_;  // observers, baselines, externally allocated pointers
   std::vector<cca::OutOfMemoryObserver> oom_observers_;
   std::unordered_map<int, cudalloc_stats_t> baselines_;
+  // Maps the pages of an 'e' handle (shareIpcHandle's wire format); their base.
+  void* open_pages(const std::string& handle);
   std::mutex ipc_mutex_;  // handles opened from other processes, shared by their tensors
   std::unordered_map<std::string, std::weak_ptr<void>> ipc_opened_;
   std::atomic<bool> any_external_{false};
