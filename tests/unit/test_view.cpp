@@ -129,15 +129,20 @@ TEST_CASE("load_snapshot: events leave the document, bad input says where", "[vi
   snapshot::LoadedSnapshot snap;
   std::string error;
   const auto good = temp_file("good.json", R"({"segments": [], "device_traces": [[
-      {"action": "alloc", "addr": 1, "size": 8, "time_us": 5},
-      {"action": "segment_unmap", "addr": 0, "size": 64}], [{"action": "weird"}]]})");
+      {"action": "alloc", "addr": 1, "size": 8, "time_us": 5, "reserved_bytes": 64},
+      {"action": "segment_unmap", "addr": 0, "size": 64}], [{"action": "weird"}],
+      [{"action": "oom", "size": 99, "device_free": 7}]]})");
   REQUIRE(snapshot::load_snapshot(good, &snap, &error));
-  REQUIRE(snap.events.size() == 3);
+  REQUIRE(snap.events.size() == 4);
   CHECK(snap.events[0].time_us == 5);
+  CHECK(snap.events[0].reserved == 64);
+  CHECK(snap.events[1].reserved == -1);
+  CHECK(snap.events[3].kind == EventKind::oom);
+  CHECK(snap.events[3].addr == 7);  // device_free, as PyTorch keeps it
   CHECK(snap.events[1].kind == EventKind::segment_unmap);
   CHECK(snap.events[2].kind == EventKind::other);
   CHECK(snap.events[2].device == 1);
-  CHECK(snap.doc["device_traces"] == json::array({json::array(), json::array()}));
+  CHECK(snap.doc["device_traces"] == json::array({json::array(), json::array(), json::array()}));
 
   snapshot::LoadedSnapshot bad;
   CHECK_FALSE(snapshot::load_snapshot(temp_file("cut.json", R"({"segments": [)"), &bad, &error));
