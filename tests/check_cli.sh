@@ -109,6 +109,18 @@ expect 0 "exit codes: 0 success, 1 .*2 bad usage" bash -c "'$cli' --help | tr '\
 expect 0 "" bash -c "'$cli' replay --progress --json --policy cudalloc '$trace' 2>/dev/null |
                      python3 -c 'import json, sys; json.load(sys.stdin)'"
 expect 0 "cudalloc replay: \[ *[0-9.]+ s\] parsing" "$cli" replay --progress --policy cudalloc "$trace"
+# Percent read, from the one read path of every command: asked for, it rises to 100% on
+# stderr; not asked for and not on a terminal, nothing.
+"$cli" view --progress "$dir/whole.json" -o "$dir/p.html" 2>"$dir/progress.txt" >/dev/null
+expect 0 "read to 100%" python3 - "$dir/progress.txt" <<'PY'
+import re, sys
+lines = [l for l in open(sys.argv[1]).read().splitlines() if re.search(r"reading .*%", l)]
+seen = [int(re.search(r"(\d+)%", l).group(1)) for l in lines]
+ok = seen and seen == sorted(seen) and seen[-1] == 100 and all("whole.json" in l for l in lines)
+print("read to 100%" if ok else lines)
+PY
+expect 0 "reading .*gz: +100%" "$cli" replay --progress --policy cudalloc "$trace"
+expect 1 "" bash -c "'$cli' view '$dir/whole.json' -o '$dir/q.html' 2>&1 | grep -q reading"
 
 # Bad input: clear messages, exit 2, never a crash.
 gzip -dc "$trace" | head -c 5000 > "$dir/truncated.json"

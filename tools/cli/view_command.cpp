@@ -26,7 +26,8 @@ constexpr const char* kUsage =
     "  settings.\n"
     "  SNAPSHOT: JSON (cudalloc or PyTorch schema), .json.gz or a PyTorch pickle\n"
     "  -o          where to write the page (default: SNAPSHOT without its extension + .html)\n"
-    "  --progress  report progress on stderr even when it is not a terminal\n"
+    "  --progress  report each step and the percent of SNAPSHOT read on stderr, even when it\n"
+    "              is not a terminal (on a terminal, reads of over 2 s show it anyway)\n"
     CUDALLOC_INPUT_OPTIONS_USAGE;
 
 struct ViewArgs {
