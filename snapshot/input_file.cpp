@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -19,6 +20,7 @@ namespace {
 using nlohmann::json;
 
 std::atomic<std::uint64_t> g_max_input_bytes{0};  // 0: not set, use the environment's
+std::atomic<ReadProgress> g_read_progress{nullptr};
 
 // What a file that is not a regular one is, for the message that refuses it.
 const char* file_kind(mode_t mode) {
@@ -32,7 +34,7 @@ const char* file_kind(mode_t mode) {
 
 // Opens `path` for reading without blocking: open(2) of a FIFO with no writer would wait for
 // one forever, so the descriptor is opened non-blocking and checked before anything reads it.
-int open_regular_file(const std::string& path, std::string* error) {
+int open_regular_file(const std::string& path, std::uint64_t* size, std::string* error) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     *error = std::string("cannot open: ") + std::strerror(errno);
@@ -46,6 +48,7 @@ int open_regular_file(const std::string& path, std::string* error) {
              ", not a trace or snapshot file (readers take regular files only)";
   } else {
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    *size = std::uint64_t(st.st_size);
     return fd;
   }
   ::close(fd);
@@ -55,10 +58,15 @@ int open_regular_file(const std::string& path, std::string* error) {
 }  // namespace
 
 // A read-only streambuf over zlib's gzFile (which reads gzip and plain files alike), counting
-// the bytes it hands out against the bound.
+// the bytes it hands out against the bound, and reporting how far it has read the file.
 class InputFile::Buffer : public std::streambuf {
  public:
-  Buffer(gzFile file, std::uint64_t bound) : file_(file), bound_(bound) {}
+  struct Source {
+    std::string path;
+    std::uint64_t size;  // of the file as stored
+  };
+  Buffer(gzFile file, std::uint64_t bound, Source source)
+      : file_(file), bound_(bound), source_(std::move(source)) {}
   ~Buffer() override { gzclose(file_); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -68,6 +76,7 @@ class InputFile::Buffer : public std::streambuf {
   int_type underflow() override {
     if (!failure_.empty()) return traits_type::eof();
     const int n = gzread(file_, buffer_, sizeof buffer_);
+    report(n > 0 ? std::uint64_t(std::max<z_off_t>(0, gzoffset(file_))) : source_.size);
     if (n <= 0) {
       int code = Z_OK;
       const char* message = gzerror(file_, &code);
@@ -93,8 +102,15 @@ class InputFile::Buffer : public std::streambuf {
   }
 
  private:
+  void report(std::uint64_t read) const {
+    if (ReadProgress progress = g_read_progress.load(); progress != nullptr) {
+      progress(source_.path, std::min(read, source_.size), source_.size);
+    }
+  }
+
   gzFile file_;
   std::uint64_t bound_;
+  Source source_;
   std::uint64_t delivered_ = 0;  // decompressed bytes read so far, a byte-order mark included
   std::string failure_;
   char buffer_[1 << 16];
@@ -103,8 +119,11 @@ class InputFile::Buffer : public std::streambuf {
 InputFile::InputFile() = default;
 InputFile::~InputFile() = default;
 
+void set_read_progress(ReadProgress report) { g_read_progress.store(report); }
+
 bool InputFile::open(const std::string& path, std::string* error) {
-  const int fd = open_regular_file(path, error);
+  std::uint64_t size = 0;
+  const int fd = open_regular_file(path, &size, error);
   if (fd < 0) return false;
   gzFile file = gzdopen(fd, "rb");
   if (file == nullptr) {
@@ -113,7 +132,7 @@ bool InputFile::open(const std::string& path, std::string* error) {
     return false;
   }
   gzbuffer(file, 1 << 17);
-  buffer_ = std::make_unique<Buffer>(file, max_input_bytes());
+  buffer_ = std::make_unique<Buffer>(file, max_input_bytes(), Buffer::Source{path, size});
   stream_ = std::make_unique<std::istream>(buffer_.get());
   return true;
 }

@@ -37,6 +37,13 @@ void set_max_input_bytes(std::uint64_t bytes);
 // `text` as a bound: a size of at least one byte, as parse_bytes reads it.
 bool parse_max_input(const std::string& text, std::uint64_t* bytes);
 
+// How far the reading of a file has got: `read` bytes of the file as it is stored (gzip or
+// plain) out of `size`. Every InputFile calls it as it reads (about every 64 KiB of data) and
+// once at the end (read == size). The program sets it once, before it reads (the CLI's
+// progress on stderr); null, the default, reports nothing.
+using ReadProgress = void (*)(const std::string& path, std::uint64_t read, std::uint64_t size);
+void set_read_progress(ReadProgress report);
+
 class InputFile {
  public:
   InputFile();

@@ -59,12 +59,12 @@ json trace_json(const DeviceState& d) {
                {"size", e.size},
                {"stream", e.stream},
                {"time_us", e.time_us},
+               {"reserved_bytes", e.reserved},
                {"frames", json::array()}};
     if (e.action == TraceAction::oom) {
-      // PyTorch's oom entries carry the device's free memory in place of an address.
-      const auto reserved = static_cast<std::size_t>(d.stats.reserved_bytes.current);
+      // PyTorch's oom entries carry the device's free memory when the request failed.
       const std::size_t limit = d.reserve_cap != 0 ? d.reserve_cap : d.device_total;
-      ev["device_free"] = limit > reserved ? limit - reserved : 0;
+      ev["device_free"] = limit > e.reserved ? limit - e.reserved : 0;
     }
     events.push_back(std::move(ev));
   }

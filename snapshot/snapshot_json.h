@@ -1,6 +1,8 @@
 // Snapshots in PyTorch's memory-snapshot schema (torch.cuda.memory._snapshot()), as JSON:
 //   segments[]       one per segment, with its blocks (slab objects appear as blocks)
-//   device_traces[]  one list per device of {action, addr, size, stream, time_us, frames}
+//   device_traces[]  one list per device of {action, addr, size, stream, time_us, frames},
+//                    and reserved_bytes (the device's reserved_bytes stat once the event
+//                    happened; PyTorch's tools ignore it); oom events add device_free
 //   allocator_settings
 //   cudalloc         what the schema cannot say: schema version, library version, settings,
 //                    per-device stats, caps, slabs, dropped trace events

@@ -39,6 +39,8 @@ bool record_event(const json& e, int device, std::size_t index, std::vector<Snap
   r.stream = field("stream");
   if (auto t = e.find("time_us"); t != e.end() && t->is_number())
     r.time_us = t->get<std::int64_t>();
+  if (e.contains("reserved_bytes")) r.reserved = std::int64_t(field("reserved_bytes"));
+  if (r.kind == EventKind::oom && e.contains("device_free")) r.addr = field("device_free");
   r.device = device;
   out->push_back(r);
   return true;

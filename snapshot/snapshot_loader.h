@@ -30,10 +30,13 @@ enum class EventKind : std::uint8_t {
 EventKind event_kind_from_name(const std::string& action);
 
 struct SnapshotEvent {
+  // For oom events, the device's free memory when the request failed ("device_free"), as
+  // PyTorch's own trace entries keep it in the address.
   std::uint64_t addr = 0;
   std::uint64_t size = 0;
   std::uint64_t stream = 0;
-  std::int64_t time_us = -1;  // -1: the event has no time stamp
+  std::int64_t time_us = -1;   // -1: the event has no time stamp
+  std::int64_t reserved = -1;  // cudalloc's "reserved_bytes" after the event; -1: not recorded
   std::int32_t device = 0;
   EventKind kind = EventKind::other;
 };

@@ -10,7 +10,9 @@ namespace {
 using nlohmann::json;
 
 constexpr std::pair<const char*, ValueKind> kEventFields[] = {
-    {"addr", ValueKind::address}, {"size", ValueKind::size}, {"stream", ValueKind::address}};
+    {"addr", ValueKind::address},          {"size", ValueKind::size},
+    {"stream", ValueKind::address},        {"reserved_bytes", ValueKind::size},
+    {"device_free", ValueKind::size}};
 constexpr std::pair<const char*, ValueKind> kSegmentFields[] = {
     {"address", ValueKind::address},        {"stream", ValueKind::address},
     {"device", ValueKind::device},          {"total_size", ValueKind::size},

@@ -30,8 +30,8 @@ bool read_value(const nlohmann::json& value, ValueKind kind, const std::string& 
 // read_value: an integer when it is one that fits 64 bits, else the text itself.
 nlohmann::json number_from_text(const std::string& text);
 
-// One trace event: an object with a string "action"; "addr", "size" and "stream" valid when
-// present. False with *error (without the event's position: callers add it).
+// One trace event: an object with a string "action"; "addr", "size", "stream",
+// "reserved_bytes" and "device_free" valid when present. False with *error (without the event's position: callers add it).
 bool check_event(const nlohmann::json& event, std::string* error);
 
 // The parts of a snapshot document that readers interpret, where present: "segments" a list

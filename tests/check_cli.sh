@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The cudalloc CLI on good and bad input: exit codes (0 ok, 2 bad input) and messages that say
-# what is wrong and where. Usage: check_cli.sh CUDALLOC_CLI TRACE
+# what is wrong and where. Usage: check_cli.sh CUDALLOC_CLI TRACE [TEST_DATA_DIR]
 set -u
-cli=${1:?usage: check_cli.sh CUDALLOC_CLI TRACE}
+cli=${1:?usage: check_cli.sh CUDALLOC_CLI TRACE [TEST_DATA_DIR]}
 trace=${2:?}
+data=${3:-$(dirname "$0")/data}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 failures=0
@@ -47,6 +48,56 @@ expect 0 '"devices"' "$cli" diff --json "$dir/s.json" "$dir/back.json.gz"
 "$cli" replay --conf trace:1000,vmm:0 --snapshot "$dir/small.json" --policy cudalloc "$trace" >/dev/null
 expect 0 "blocks (allocated|freed): [1-9]" "$cli" diff "$dir/small.json" "$dir/s.json"
 
+# One peak reserved everywhere: replay's, inspect's, the page's panel and its timeline (on a
+# trace that holds every event) are the stats' reserved_bytes peak. The mappings' sum is more:
+# paged segments map a physical page at more than one address.
+"$cli" replay --policy cudalloc --json --conf trace:1000000 --snapshot "$dir/whole.json" "$trace" \
+  >"$dir/whole.replay" 2>/dev/null
+"$cli" inspect --json "$dir/whole.json" >"$dir/whole.inspect"
+"$cli" view "$dir/whole.json" -o "$dir/whole.html" >/dev/null
+expect 0 "peak reserved agrees: [0-9]+ < mapped [0-9]+" python3 - "$dir" <<'PY'
+import json, re, sys
+d = sys.argv[1]
+replay = json.load(open(d + "/whole.replay"))["peak_reserved_bytes"]
+inspect = json.load(open(d + "/whole.inspect"))[0]["peak_reserved_bytes"]
+page = open(d + "/whole.html").read()
+model = json.loads(re.search(r'id="model">(.*?)</script>', page, re.S).group(1))["devices"][0]
+panel, timeline = model["fragmentation"]["peak_reserved"], model["timeline"]["peak_reserved"]["bytes"]
+mapped = peak = 0
+for e in json.load(open(d + "/whole.json"))["device_traces"][0]:
+    mapped += {"segment_map": e["size"], "segment_alloc": e["size"],
+               "segment_unmap": -e["size"], "segment_free": -e["size"]}.get(e["action"], 0)
+    peak = max(peak, mapped)
+print(replay, inspect, panel, timeline, peak)
+if len({replay, inspect, panel, timeline}) == 1 and peak > replay:
+    print("peak reserved agrees: %d < mapped %d" % (replay, peak))
+PY
+expect 0 "peak reserved [0-9.]+ GiB, peak live .*cudalloc stats" "$cli" inspect "$dir/whole.json"
+
+# Incomplete traces: cudalloc's ring buffer counts what it dropped; PyTorch's says nothing,
+# and its cut shows as frees of blocks never allocated in the trace.
+"$cli" replay --policy cudalloc --conf trace:1000 --snapshot "$dir/ring.json" "$trace" >/dev/null 2>&1
+expect 0 "Incomplete trace: the ring buffer \(trace:1000\) kept the last 1,000 events and dropped [1-9][0-9,]+ older" \
+  "$cli" inspect "$dir/ring.json"
+expect 0 "dropped [0-9]+ of [0-9]+" python3 -c "
+import json, subprocess, sys
+ring = json.loads(subprocess.run(['$cli', 'inspect', '--json', '$dir/ring.json'], capture_output=True).stdout)[0]
+whole = json.load(open('$dir/whole.inspect'))[0]
+print('dropped', ring['trace']['dropped'], 'of', whole['trace']['kept'])
+sys.exit(ring['trace']['dropped'] + 1000 != whole['trace']['kept'])"
+expect 0 "Incomplete trace: it starts mid-run, with 1 free of a block .*max_entries" \
+  "$cli" inspect "$data/viewer_cut_trace.json"
+expect 0 "trace: [0-9]+ events$" "$cli" inspect "$dir/whole.json"
+
+# Out of memory: every oom event with its request and the state then.
+"$cli" replay --policy cudalloc --capacity 12G --conf trace:1000000 --snapshot "$dir/oom.json" \
+  "$trace" >/dev/null 2>&1
+expect 0 "out of memory: 5 events" "$cli" inspect "$dir/oom.json"
+expect 0 "event [0-9]+: request 1.53 GiB failed, device free 0 B, live 11.13 GiB, reserved 12.00 GiB" \
+  "$cli" inspect "$dir/oom.json"
+expect 0 "event 3: request 2.00 GiB failed, device free 300.00 MiB" "$cli" inspect "$data/viewer_cut_trace.json"
+expect 0 '"ooms": \[\]' "$cli" inspect --json "$dir/whole.json"
+
 # --help on every subcommand: the usage on stdout, exit 0; `cudalloc --help` lists them all.
 for command in options replay inspect convert view diff; do
   expect 0 "usage: cudalloc $command" "$cli" "$command" --help
@@ -58,6 +109,18 @@ expect 0 "exit codes: 0 success, 1 .*2 bad usage" bash -c "'$cli' --help | tr '\
 expect 0 "" bash -c "'$cli' replay --progress --json --policy cudalloc '$trace' 2>/dev/null |
                      python3 -c 'import json, sys; json.load(sys.stdin)'"
 expect 0 "cudalloc replay: \[ *[0-9.]+ s\] parsing" "$cli" replay --progress --policy cudalloc "$trace"
+# Percent read, from the one read path of every command: asked for, it rises to 100% on
+# stderr; not asked for and not on a terminal, nothing.
+"$cli" view --progress "$dir/whole.json" -o "$dir/p.html" 2>"$dir/progress.txt" >/dev/null
+expect 0 "read to 100%" python3 - "$dir/progress.txt" <<'PY'
+import re, sys
+lines = [l for l in open(sys.argv[1]).read().splitlines() if re.search(r"reading .*%", l)]
+seen = [int(re.search(r"(\d+)%", l).group(1)) for l in lines]
+ok = seen and seen == sorted(seen) and seen[-1] == 100 and all("whole.json" in l for l in lines)
+print("read to 100%" if ok else lines)
+PY
+expect 0 "reading .*gz: +100%" "$cli" replay --progress --policy cudalloc "$trace"
+expect 1 "" bash -c "'$cli' view '$dir/whole.json' -o '$dir/q.html' 2>&1 | grep -q reading"
 
 # Bad input: clear messages, exit 2, never a crash.
 gzip -dc "$trace" | head -c 5000 > "$dir/truncated.json"

@@ -3,13 +3,19 @@
 # and the test reads the DOM after the scripts ran. A page passes when it set
 # body[data-rendered="ok"] (every plot drawn on a non-empty canvas) and recorded no script
 # error in #errors. Pages and a screenshot stay in OUT_DIR as test artifacts.
-# Usage: check_viewer.sh CUDALLOC_CLI TRACE FIXTURE OUT_DIR
+# Interaction: tests/viewer_interaction.js, appended to a copy of a page, drives the timeline's
+# brush and clicks, the event slider, address search and the stream filter, and writes what it
+# found drawn and written into the DOM; each of its "FAIL" lines fails the test. The
+# screenshots of the driven pages show the page after the interaction (docs/viewer.md).
+# Usage: check_viewer.sh CUDALLOC_CLI TRACE FIXTURE CUT_TRACE_FIXTURE OUT_DIR
 # Exit 77 (skipped) only when no Chromium is installed (scripts/install_deps.sh installs it).
 set -u
-cli=${1:?usage: check_viewer.sh CUDALLOC_CLI TRACE FIXTURE OUT_DIR}
+cli=${1:?usage: check_viewer.sh CUDALLOC_CLI TRACE FIXTURE CUT_TRACE_FIXTURE OUT_DIR}
 trace=${2:?}
 fixture=${3:?}
-out=${4:?}
+cut_fixture=${4:?}
+out=${5:?}
+driver="$(dirname "$0")/viewer_interaction.js"
 
 browser=""
 for name in chromium chromium-browser google-chrome; do
@@ -27,14 +33,16 @@ trap 'rm -rf "$profile"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-# Runs the browser on a page; extra arguments choose what it produces (--dump-dom, --screenshot).
+# Runs the browser on a page (a path, or a file:// URL); extra arguments choose what it
+# produces (--dump-dom, --screenshot).
 browse() {
-  local page=$1
+  local page=$1 url
   shift
+  case $page in file://*) url=$page ;; *) url="file://$(realpath "$page")" ;; esac
   timeout 120 "$browser" --headless --no-sandbox --disable-gpu --disable-extensions \
     --disable-dev-shm-usage \
     --no-first-run --hide-scrollbars --user-data-dir="$profile" --window-size=1280,1600 \
-    --virtual-time-budget=10000 "$@" "file://$(realpath "$page")" 2>>"$out/chromium.log"
+    --virtual-time-budget=10000 "$@" "$url" 2>>"$out/chromium.log"
 }
 
 check_page() {  # check_page PAGE PNG: rendered, no script error, no network reference
@@ -62,6 +70,56 @@ check_page "$out/replayed.html" "$out/replayed.png"
 # without a trace, segment_map/unmap events, and settings text that looks like markup.
 "$cli" view "$fixture" -o "$out/optional_fields.html" >/dev/null || fail "view $fixture"
 check_page "$out/optional_fields.html" "$out/optional_fields.png"
+
+# interact PAGE CHECKS PNG: drives a copy of PAGE with viewer_interaction.js, running the
+# comma-separated CHECKS; prints each check's lines and counts its failures.
+interact() {
+  local page=$1 checks=$2 png=$3 driven lines
+  driven="${page%.html}.driven.html"
+  python3 - "$page" "$driver" "$driven" <<'PY' || { fail "cannot drive $page"; return; }
+import sys
+page, driver, out = sys.argv[1:]
+text = open(page).read()
+at = text.rindex("</body>")
+open(out, "w").write(text[:at] + "<script>\n" + open(driver).read() + "\n</script>\n" + text[at:])
+PY
+  lines=$(browse "file://$(realpath "$driven")#$checks" --dump-dom --screenshot="$png" | python3 -c '
+import html, sys
+dom = sys.stdin.read()
+tag = "<pre id=\"test-results\">"
+done = tag in dom and "data-tested=\"done\"" in dom
+print(html.unescape(dom.rsplit(tag, 1)[1].split("</pre>")[0]) if done else "FAIL: the checks did not run")
+if "<pre id=\"errors\" hidden=\"\">" not in dom: print("FAIL: script errors on the page")
+')
+  echo "$lines" | sed "s|^|  ${driven##*/}: |"
+  local n
+  n=$(grep -c '^FAIL' <<<"$lines")
+  failures=$((failures + n))
+  [ -s "$png" ] || fail "no screenshot of $driven"
+}
+
+# The whole replayed trace: the panel's peak reserved is the timeline's; the brush, a click,
+# the slider and address search. The screenshot shows the map at an earlier event.
+"$cli" replay --policy cudalloc --conf trace:1000000 --snapshot "$out/whole.json" "$trace" >/dev/null ||
+  fail "replay whole"
+"$cli" view "$out/whole.json" -o "$out/whole.html" >/dev/null || fail "view whole.json"
+interact "$out/whole.html" peaks,zoom,slider,search,pick "$out/interaction.png"
+
+# A device too small for the trace, and a ring buffer too small to keep it all.
+"$cli" replay --policy cudalloc --capacity 12G --conf trace:1000000 --snapshot "$out/oom.json" \
+  "$trace" >/dev/null 2>&1 || fail "replay oom"
+"$cli" view "$out/oom.json" -o "$out/oom.html" >/dev/null || fail "view oom.json"
+interact "$out/oom.html" oom "$out/oom.png"
+"$cli" replay --policy cudalloc --conf trace:1000 --snapshot "$out/ring.json" "$trace" >/dev/null ||
+  fail "replay ring"
+"$cli" view "$out/ring.json" -o "$out/ring.html" >/dev/null || fail "view ring.json"
+interact "$out/ring.html" incomplete "$out/ring.png"
+
+# PyTorch's kind of cut trace (no count of dropped events), an oom with device_free, a
+# 512-byte block in a 1 GiB segment; and two streams in the optional-fields fixture.
+"$cli" view "$cut_fixture" -o "$out/cut_trace.html" >/dev/null || fail "view $cut_fixture"
+interact "$out/cut_trace.html" incomplete,oom,small_blocks "$out/cut_trace.png"
+interact "$out/optional_fields.html" streams "$out/streams.png"
 
 echo "$failures failure(s)"
 if [ "$failures" -ne 0 ]; then

@@ -29,7 +29,8 @@ class Ledger {
   void forget_everything();
 
   // Memory from the driver or the host. A plain segment (`base` is its address) and a
-  // physical page (`base` 0: not traced, its mappings are) count as device memory; host memory
+  // physical page (`base` 0: no event of its own; its mappings are traced, and every trace
+  // event carries reserved_bytes) count as device memory; host memory
   // (pinned host segments, host-located pages) counts in host_reserved.
   void reserved(device::Location where, std::uintptr_t base, std::size_t bytes,
                 StreamHandle stream);
@@ -88,7 +89,10 @@ class Ledger {
  private:
   static std::int64_t signed_(std::size_t bytes) { return static_cast<std::int64_t>(bytes); }
   void trace(TraceAction action, std::uintptr_t addr, std::size_t size, StreamHandle stream) {
-    if (trace_.enabled()) trace_.record(action, addr, size, stream);
+    if (trace_.enabled()) {
+      trace_.record(action, addr, size, stream,
+                    static_cast<std::size_t>(stats_.reserved_bytes.current));
+    }
   }
 
   Stats stats_;

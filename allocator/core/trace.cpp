@@ -25,10 +25,10 @@ bool trace_action_from_name(const char* name, TraceAction* action) {
 }
 
 void TraceRing::record(TraceAction action, std::uintptr_t addr, std::size_t size,
-                       device::StreamHandle stream) {
+                       device::StreamHandle stream, std::size_t reserved) {
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   const TraceEvent e{action, addr, size, stream,
-                     std::chrono::duration_cast<std::chrono::microseconds>(now).count()};
+                     std::chrono::duration_cast<std::chrono::microseconds>(now).count(), reserved};
   ++recorded_;
   if (events_.size() < capacity_) {
     events_.push_back(e);

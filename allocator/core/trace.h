@@ -31,6 +31,11 @@ struct TraceEvent {
   std::size_t size;
   device::StreamHandle stream;
   std::int64_t time_us;  // microseconds since the Unix epoch
+  // The device's reserved_bytes once the event happened (the stats' definition: device memory
+  // held from the driver, each physical page once however many addresses map it; the host
+  // tier not in it). Sums of segment_* events cannot give it: a page mapped at two addresses
+  // has two segment_map events, and physical pages come and go without one.
+  std::size_t reserved;
 };
 
 class TraceRing {
@@ -39,7 +44,7 @@ class TraceRing {
 
   bool enabled() const { return capacity_ > 0; }
   void record(TraceAction action, std::uintptr_t addr, std::size_t size,
-              device::StreamHandle stream);
+              device::StreamHandle stream, std::size_t reserved);
   // The retained events, oldest first.
   std::vector<TraceEvent> events() const;
   // Events recorded but overwritten since.

@@ -1,5 +1,7 @@
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "harness.h"
 #include "snapshot/snapshot_json.h"
 
@@ -92,7 +94,7 @@ TEST_CASE("a snapshot describes segments, blocks and slab objects in PyTorch's s
 
 TEST_CASE("the trace ring keeps the newest events in order", "[snapshot][trace]") {
   TraceRing ring(3);
-  for (std::uintptr_t i = 1; i <= 5; ++i) ring.record(TraceAction::alloc, i, i, 0);
+  for (std::uintptr_t i = 1; i <= 5; ++i) ring.record(TraceAction::alloc, i, i, 0, 0);
   const auto events = ring.events();
   REQUIRE(events.size() == 3);
   CHECK(events[0].addr == 3);
@@ -112,6 +114,34 @@ TEST_CASE("out-of-memory events are traced with the device's free memory", "[sna
   CHECK(last["action"] == "oom");
   CHECK(last["size"] == 8 * MiB);
   CHECK(last["device_free"] == 4 * MiB);
+}
+
+TEST_CASE("trace events carry reserved memory as the stats count it, when they happened",
+          "[snapshot][trace]") {
+  Settings s = traced(100);
+  s.limit = 4 * MiB;
+  Harness h(plain_settings(s));
+  void* small = h.get(2 * MiB);
+  void* p = nullptr;
+  CHECK(h.try_get(8 * MiB, 0, &p) == Error::out_of_memory);
+  h.put(small);
+  h.alloc->empty_cache();
+  const json doc = snapshot::snapshot_json({h.alloc->state()}, "");
+  const json& trace = doc["device_traces"][0];
+  std::int64_t highest = 0;
+  for (const json& e : trace) highest = std::max(highest, e["reserved_bytes"].get<std::int64_t>());
+  const json& stats = doc["cudalloc"]["devices"][0]["stats"]["reserved_bytes"];
+  CHECK(highest == stats["peak"].get<std::int64_t>());
+  CHECK(trace.back()["reserved_bytes"] == stats["current"]);
+  // The oom event says what was free then (the small block's segment held), not what is free
+  // at the snapshot (all of the cap, once the cache is empty).
+  CHECK(stats["current"] == 0);
+  const auto oom = std::find_if(trace.begin(), trace.end(),
+                                [](const json& e) { return e["action"] == "oom"; });
+  REQUIRE(oom != trace.end());
+  const auto held = (*oom)["reserved_bytes"].get<std::uint64_t>();
+  CHECK(held >= 2 * MiB);
+  CHECK((*oom)["device_free"] == 4 * MiB - held);
 }
 
 TEST_CASE("%p in snapshot paths is the process id", "[snapshot]") {

@@ -11,7 +11,10 @@
 #include "view/segment_map.h"
 #include "view/snapshot_diff.h"
 #include "view/snapshot_fields.h"
+#include "view/event_history.h"
+#include "view/peak_reserved.h"
 #include "view/timeline.h"
+#include "view/trace_completeness.h"
 
 using namespace cudalloc;
 using namespace cudalloc::view;
@@ -21,11 +24,13 @@ using snapshot::SnapshotEvent;
 
 namespace {
 
-SnapshotEvent event(EventKind kind, std::uint64_t addr, std::uint64_t size) {
+SnapshotEvent event(EventKind kind, std::uint64_t addr, std::uint64_t size,
+                    std::int64_t reserved = -1) {
   SnapshotEvent e;
   e.kind = kind;
   e.addr = addr;
   e.size = size;
+  e.reserved = reserved;
   return e;
 }
 
@@ -81,6 +86,81 @@ TEST_CASE("timeline: segment_map and segment_unmap change reserved memory", "[vi
   CHECK(t.reserved_max.back() == 64);
 }
 
+TEST_CASE("timeline: recorded reserved_bytes are reserved memory, not the mappings' sum",
+          "[view]") {
+  // One physical page mapped at two addresses: two segment_map events, one page reserved.
+  const std::vector<SnapshotEvent> events = {event(EventKind::segment_map, 0, 64, 64),
+                                             event(EventKind::alloc, 0, 64, 64),
+                                             event(EventKind::segment_map, 128, 64, 64),
+                                             event(EventKind::segment_unmap, 0, 64, 64)};
+  const Timeline t = build_timeline(events, 0, {true, 64, 64}, 10);
+  CHECK(t.reserved_recorded);
+  CHECK(t.peak_reserved.bytes == 64);  // the segment events alone would say 128
+  CHECK(t.reserved_min.front() == 0);  // before the first page
+  CHECK(t.reserved_max.back() == 64);
+  // cudalloc's stats win over the trace for the panel; without them the trace's peak counts.
+  const json info = {{"stats", {{"reserved_bytes", {{"peak", 96}}}, {"active_bytes", {{"peak", 64}}}}}};
+  CHECK(device_peaks(t, &info).reserved == 96);
+  CHECK(device_peaks(t, &info).source == "cudalloc stats");
+  CHECK(device_peaks(t, nullptr).reserved == 64);
+  CHECK(device_peaks(t, nullptr).source == "trace");
+}
+
+TEST_CASE("timeline: each oom event keeps the request and the state when it failed", "[view]") {
+  SnapshotEvent oom = event(EventKind::oom, /*device_free*/ 20, 500, 100);
+  const std::vector<SnapshotEvent> events = {event(EventKind::segment_alloc, 0, 100, 100),
+                                             event(EventKind::alloc, 0, 80, 100), oom,
+                                             event(EventKind::free_completed, 0, 80, 100)};
+  const Timeline t = build_timeline(events, 0, {}, 10);
+  REQUIRE(t.ooms.size() == 1);
+  CHECK(t.ooms[0].event == 2);
+  CHECK(t.ooms[0].size == 500);
+  CHECK(t.ooms[0].device_free == 20);
+  CHECK(t.ooms[0].live == 80);
+  CHECK(t.ooms[0].reserved == 100);
+  CHECK(timeline_json(t)["oom_count"] == 1);
+}
+
+TEST_CASE("trace completeness: dropped events counted, or frees of blocks never seen", "[view]") {
+  const std::vector<SnapshotEvent> cut = {event(EventKind::free_completed, 8, 16),
+                                          event(EventKind::alloc, 32, 16),
+                                          event(EventKind::free_completed, 32, 16)};
+  const json info = {{"trace_dropped", 1234567}};
+  const TraceCompleteness ring = trace_completeness(cut, 0, &info, 1000);
+  CHECK_FALSE(ring.complete());
+  CHECK(trace_note(ring).find("trace:1000") != std::string::npos);
+  CHECK(trace_note(ring).find("dropped 1,234,567") != std::string::npos);
+  const TraceCompleteness pytorch = trace_completeness(cut, 0, nullptr, 0);
+  CHECK(pytorch.unseen_frees == 1);
+  CHECK(trace_note(pytorch).find("1 free of a block allocated before") != std::string::npos);
+  CHECK(trace_note(pytorch).find("max_entries") != std::string::npos);
+  CHECK(trace_completeness_json(pytorch)["dropped"].is_null());
+  const std::vector<SnapshotEvent> whole(cut.begin() + 1, cut.end());
+  const json none = {{"trace_dropped", 0}};
+  CHECK(trace_completeness(whole, 0, &none, 1000).complete());
+  CHECK(trace_note(trace_completeness(whole, 0, &none, 1000)).empty());
+  CHECK(trace_capacity(json{{"cudalloc", {{"settings", {{"trace", "1000"}}}}}}) == 1000);
+}
+
+TEST_CASE("event history: the last events, as offsets from the lowest address", "[view]") {
+  std::vector<SnapshotEvent> events;
+  for (std::uint64_t i = 0; i < 10; ++i) events.push_back(event(EventKind::alloc, 0x1000 + i, 1));
+  events.push_back(event(EventKind::oom, /*device_free*/ 5, 7));
+  events[3].stream = 9;
+  const json h = event_history_json(events, 0, 4);
+  CHECK(h["first"] == 7);
+  CHECK(h["count"] == 4);
+  CHECK(h["base"] == "0x1007");
+  CHECK(h["offset"] == json::array({0, 1, 2, 0}));  // the oom's device_free is no address
+  CHECK(h["kind"].back() == int(EventKind::oom));
+  CHECK(h["streams"] == json::array({"0x0"}));
+  // Addresses 2^53 apart or more: the window starts after the last one too far away.
+  events[8].addr = std::uint64_t{1} << 60;
+  const json near = event_history_json(events, 0, 4);
+  CHECK(near["first"] == 9);
+  CHECK(near["count"] == 2);
+}
+
 TEST_CASE("script_safe_json: no string can close the script element", "[view]") {
   const json doc = {{"text", "</script><script>alert(1)</script> & <!-- \u2028"}};
   const std::string safe = script_safe_json(doc);
@@ -129,15 +209,20 @@ TEST_CASE("load_snapshot: events leave the document, bad input says where", "[vi
   snapshot::LoadedSnapshot snap;
   std::string error;
   const auto good = temp_file("good.json", R"({"segments": [], "device_traces": [[
-      {"action": "alloc", "addr": 1, "size": 8, "time_us": 5},
-      {"action": "segment_unmap", "addr": 0, "size": 64}], [{"action": "weird"}]]})");
+      {"action": "alloc", "addr": 1, "size": 8, "time_us": 5, "reserved_bytes": 64},
+      {"action": "segment_unmap", "addr": 0, "size": 64}], [{"action": "weird"}],
+      [{"action": "oom", "size": 99, "device_free": 7}]]})");
   REQUIRE(snapshot::load_snapshot(good, &snap, &error));
-  REQUIRE(snap.events.size() == 3);
+  REQUIRE(snap.events.size() == 4);
   CHECK(snap.events[0].time_us == 5);
+  CHECK(snap.events[0].reserved == 64);
+  CHECK(snap.events[1].reserved == -1);
+  CHECK(snap.events[3].kind == EventKind::oom);
+  CHECK(snap.events[3].addr == 7);  // device_free, as PyTorch keeps it
   CHECK(snap.events[1].kind == EventKind::segment_unmap);
   CHECK(snap.events[2].kind == EventKind::other);
   CHECK(snap.events[2].device == 1);
-  CHECK(snap.doc["device_traces"] == json::array({json::array(), json::array()}));
+  CHECK(snap.doc["device_traces"] == json::array({json::array(), json::array(), json::array()}));
 
   snapshot::LoadedSnapshot bad;
   CHECK_FALSE(snapshot::load_snapshot(temp_file("cut.json", R"({"segments": [)"), &bad, &error));

@@ -1,7 +1,8 @@
 // `cudalloc inspect SNAPSHOT [--size BYTES] [--top N] [--width W] [--json]`
 // Per device: reserved, allocated, active and cached memory, fragmentation figures (largest
-// free block against all free memory, free memory in pieces too small for --size), the
-// largest segments and allocations, and a map of every segment.
+// free block against all free memory, free memory in pieces too small for --size), peak
+// reserved and live (view/peak_reserved.h), whether the trace is complete, its out-of-memory
+// events, the largest segments and allocations, and a map of every segment.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -9,9 +10,12 @@
 
 #include "cli/commands.h"
 #include "cli/usage.h"
-#include "snapshot/trace_reader.h"
+#include "snapshot/snapshot_loader.h"
 #include "util/units.h"
+#include "view/peak_reserved.h"
 #include "view/snapshot_fields.h"
+#include "view/timeline.h"
+#include "view/trace_completeness.h"
 
 namespace cudalloc::cli {
 namespace {
@@ -23,6 +27,10 @@ struct DeviceSummary {
   std::uint64_t free_total = 0, largest_free = 0, free_too_small = 0;
   std::uint64_t free_blocks = 0, allocations = 0;
   std::vector<const json*> segments;
+  // From the trace and cudalloc's section of the snapshot.
+  view::DevicePeaks peaks;
+  view::TraceCompleteness trace;
+  std::vector<view::OomMarker> ooms;
 };
 
 std::uint64_t u64(const json& j, const char* key) {
@@ -53,6 +61,42 @@ std::map<int, DeviceSummary> summarize(const json& doc, std::uint64_t size) {
     }
   }
   return devices;
+}
+
+// Peaks, trace completeness and out-of-memory events of every device with segments or events.
+void add_trace_facts(const snapshot::LoadedSnapshot& snap, std::map<int, DeviceSummary>* devices) {
+  for (const snapshot::SnapshotEvent& e : snap.events) (*devices)[e.device];
+  for (auto& [device, d] : *devices) {
+    const view::FinalState final_state{!d.segments.empty(), std::int64_t(d.active),
+                                       std::int64_t(d.reserved)};
+    const view::Timeline t = view::build_timeline(snap.events, device, final_state, 2);
+    const json* info = view::cudalloc_device_info(snap.doc, device);
+    d.peaks = view::device_peaks(t, info);
+    d.trace = view::trace_completeness(snap.events, device, info, view::trace_capacity(snap.doc));
+    d.ooms = t.ooms;
+  }
+}
+
+void print_trace_facts(const DeviceSummary& d) {
+  const auto fb = [](std::uint64_t v) { return format_bytes(v); };
+  if (d.peaks.known()) {
+    std::printf("  peak reserved %s, peak live %s (ratio %.3f; from the %s)\n",
+                fb(d.peaks.reserved).c_str(), fb(d.peaks.live).c_str(),
+                d.peaks.live ? double(d.peaks.reserved) / double(d.peaks.live) : 0.0,
+                d.peaks.source.c_str());
+  }
+  if (d.trace.kept > 0) {
+    std::printf("  trace: %llu events%s%s\n", static_cast<unsigned long long>(d.trace.kept),
+                d.trace.complete() ? "" : "; ", view::trace_note(d.trace).c_str());
+  }
+  if (d.ooms.empty()) return;
+  std::printf("  out of memory: %zu events\n", d.ooms.size());
+  for (const view::OomMarker& o : d.ooms) {
+    std::printf("    event %llu: request %s failed, device free %s, live %s, reserved %s\n",
+                static_cast<unsigned long long>(o.event), fb(o.size).c_str(),
+                fb(o.device_free).c_str(), fb(std::uint64_t(o.live)).c_str(),
+                fb(std::uint64_t(o.reserved)).c_str());
+  }
 }
 
 // One character per width-th of the segment: '#' allocated, 'p' pending free, '.' free.
@@ -95,6 +139,7 @@ void print_device(int device, const DeviceSummary& d, std::uint64_t size, std::s
               static_cast<unsigned long long>(d.free_blocks), fb(d.largest_free).c_str(),
               d.free_total ? 100.0 * double(d.largest_free) / double(d.free_total) : 100.0);
   std::printf("  free in pieces smaller than %s: %s\n", fb(size).c_str(), fb(d.free_too_small).c_str());
+  print_trace_facts(d);
 
   std::vector<const json*> segs = d.segments;
   std::sort(segs.begin(), segs.end(), [](const json* a, const json* b) {
@@ -123,7 +168,7 @@ void print_device(int device, const DeviceSummary& d, std::uint64_t size, std::s
 }
 
 json device_json(int device, const DeviceSummary& d, std::uint64_t size) {
-  return {{"device", device},
+  json j = {{"device", device},
           {"segments", d.segments.size()},
           {"reserved_bytes", d.reserved},
           {"host_reserved_bytes", d.host},
@@ -137,12 +182,23 @@ json device_json(int device, const DeviceSummary& d, std::uint64_t size) {
           {"largest_free_block", d.largest_free},
           {"free_smaller_than_size", d.free_too_small},
           {"size", size}};
+  if (d.peaks.known()) {
+    j["peak_reserved_bytes"] = d.peaks.reserved;
+    j["peak_live_bytes"] = d.peaks.live;
+    j["peak_source"] = d.peaks.source;
+  }
+  j["trace"] = view::trace_completeness_json(d.trace);
+  j["ooms"] = json::array();
+  for (const view::OomMarker& o : d.ooms) j["ooms"].push_back(view::oom_json(o));
+  return j;
 }
 
 constexpr const char* kUsage =
     "usage: cudalloc inspect SNAPSHOT [--size BYTES] [--top N] [--width W] [--json]\n"
     "  Per device: reserved, allocated, active and cached memory, free-memory fragmentation,\n"
-    "  the largest allocations and a text map of the largest segments.\n"
+    "  peak reserved and live (cudalloc's stats, else the trace), whether the trace is\n"
+    "  complete, its out-of-memory events, the largest allocations and a text map of the\n"
+    "  largest segments.\n"
     "  SNAPSHOT: JSON (cudalloc or PyTorch schema), .json.gz or a PyTorch pickle\n"
     "  --size: report the free memory in pieces smaller than this (default 1M)\n"
     "  --top: segments and allocations listed (default 10); --width: map width (default 64)\n"
@@ -175,17 +231,19 @@ int inspect_command(const Args& args) {
     }
   }
   if (path.empty()) return usage_error(kUsage);
-  json doc;
+  snapshot::LoadedSnapshot snap;
   std::string error;
-  if (!snapshot::read_snapshot(path, &doc, &error)) {
+  if (!snapshot::load_snapshot(path, &snap, &error)) {
     std::fprintf(stderr, "cudalloc inspect: %s\n", error.c_str());
     return 2;
   }
-  if (!doc.is_object() || !doc.contains("segments") || !doc["segments"].is_array()) {
+  const json& doc = snap.doc;
+  if (!doc.contains("segments") || !doc["segments"].is_array()) {
     std::fprintf(stderr, "cudalloc inspect: %s has no segments list\n", path.c_str());
     return 2;
   }
-  const auto devices = summarize(doc, size);
+  auto devices = summarize(doc, size);
+  add_trace_facts(snap, &devices);
   if (as_json) {
     json out = json::array();
     for (const auto& [device, d] : devices) out.push_back(device_json(device, d, size));

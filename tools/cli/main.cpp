@@ -1,10 +1,12 @@
 // `cudalloc`: the command-line tool. `cudalloc help` lists the subcommands.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 
 #include "api/cudalloc.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "cli/usage.h"
 
 namespace {
@@ -65,6 +67,10 @@ int main(int argc, char** argv) {
     if (c.reads_input && !cudalloc::cli::take_input_options(&args, &error)) {
       std::fprintf(stderr, "cudalloc %s: %s\n", c.name, error.c_str());
       return 2;
+    }
+    if (c.reads_input) {
+      const bool asked = std::find(args.begin(), args.end(), "--progress") != args.end();
+      cudalloc::cli::report_read_progress(asked);
     }
     try {
       return c.run(args);

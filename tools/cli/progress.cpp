@@ -5,9 +5,62 @@
 
 #include <cstdio>
 
+#include "snapshot/input_file.h"
 #include "util/units.h"
 
 namespace cudalloc::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The read being reported (the CLI reads one file at a time).
+struct ReadReport {
+  bool forced = false, terminal = false;
+  std::string path;
+  Clock::time_point start, last_update;
+  int last_percent = -1;
+  std::uint64_t last_read = 0;
+  bool shown = false, finished = false;
+};
+ReadReport g_read;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+void on_read_progress(const std::string& path, std::uint64_t read, std::uint64_t size) {
+  ReadReport& r = g_read;
+  if (path != r.path || read < r.last_read) {  // another file, or the same one again
+    r.path = path;
+    r.start = Clock::now();
+    r.last_percent = -1;
+    r.shown = r.finished = false;
+  }
+  r.last_read = read;
+  if (r.finished) return;
+  const int percent = size > 0 ? int(read * 100 / size) : 100;
+  const bool last = percent >= 100;
+  if (!r.forced && !r.shown && seconds_since(r.start) < kQuietReadSeconds) return;
+  if (!last && r.shown && (percent == r.last_percent ||
+                           seconds_since(r.last_update) < kReadUpdateSeconds)) {
+    return;
+  }
+  std::fprintf(stderr, r.terminal ? "\rcudalloc: reading %s: %3d%%%s" : "cudalloc: reading %s: %3d%%%s\n",
+               path.c_str(), percent, r.terminal && last ? "\n" : "");
+  std::fflush(stderr);
+  r.shown = true;
+  r.finished = last;
+  r.last_percent = percent;
+  r.last_update = Clock::now();
+}
+
+}  // namespace
+
+void report_read_progress(bool forced) {
+  g_read.forced = forced;
+  g_read.terminal = ::isatty(STDERR_FILENO) == 1;
+  if (forced || g_read.terminal) snapshot::set_read_progress(on_read_progress);
+}
 
 Progress::Progress(const char* command, bool forced)
     : command_(command),

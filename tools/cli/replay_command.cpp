@@ -48,8 +48,9 @@ constexpr const char* kUsage =
     "  --device-order       free as cudaFree does under LD_PRELOAD (device-ordered, fenced)\n"
     "  --snapshot PATH      write cudalloc's state after the last event as a JSON snapshot\n"
     "                       (with its trace when --conf has trace:N); one trace only\n"
-    "  --progress           report each step on stderr even when it is not a terminal (it\n"
-    "                       is shown on a terminal anyway; never on stdout)\n"
+    "  --progress           report each step and the percent of TRACE read on stderr even\n"
+    "                       when it is not a terminal (it is shown on a terminal anyway;\n"
+    "                       never on stdout)\n"
     CUDALLOC_INPUT_OPTIONS_USAGE;
 
 bool parse_args(const Args& args, ReplayArgs* r) {

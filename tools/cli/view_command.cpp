@@ -1,6 +1,8 @@
 // `cudalloc view SNAPSHOT [-o REPORT.html] [--progress]`: one self-contained HTML page (no
-// network, opens from disk) with the segment map, the timeline of live and reserved memory,
-// the largest allocations, fragmentation figures and the allocator's settings.
+// network, opens from disk) with the segment map (at any event of the trace's last ones, by
+// stream, searchable by address), the timeline of live and reserved memory with its
+// out-of-memory events, the largest allocations, fragmentation figures, whether the trace is
+// complete, and the allocator's settings.
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,11 +20,14 @@ namespace {
 constexpr const char* kUsage =
     "usage: cudalloc view SNAPSHOT [-o REPORT.html] [--progress]\n"
     "  Writes one self-contained HTML page (inline script and style, no network) showing the\n"
-    "  segment map, live and reserved memory over the trace, the largest allocations,\n"
-    "  fragmentation figures and the allocator's settings.\n"
+    "  segment map (at any of the trace's last events, by stream, searchable by address), live\n"
+    "  and reserved memory over the trace with its out-of-memory events, the largest\n"
+    "  allocations, fragmentation figures, whether the trace is complete, and the allocator's\n"
+    "  settings.\n"
     "  SNAPSHOT: JSON (cudalloc or PyTorch schema), .json.gz or a PyTorch pickle\n"
     "  -o          where to write the page (default: SNAPSHOT without its extension + .html)\n"
-    "  --progress  report progress on stderr even when it is not a terminal\n"
+    "  --progress  report each step and the percent of SNAPSHOT read on stderr, even when it\n"
+    "              is not a terminal (on a terminal, reads of over 2 s show it anyway)\n"
     CUDALLOC_INPUT_OPTIONS_USAGE;
 
 struct ViewArgs {

@@ -4,9 +4,12 @@
 #include <map>
 #include <set>
 
+#include "view/event_history.h"
+#include "view/peak_reserved.h"
 #include "view/segment_map.h"
 #include "view/snapshot_fields.h"
 #include "view/timeline.h"
+#include "view/trace_completeness.h"
 
 namespace cudalloc::view {
 namespace {
@@ -109,42 +112,18 @@ json top_allocations(const std::vector<const json*>& segments, const SlabRanges&
   return out;
 }
 
-// The stats object of a cudalloc device entry, or null.
-const json* stats_of(const json* device_info) {
-  if (device_info == nullptr) return nullptr;
-  auto it = device_info->find("stats");
-  return it != device_info->end() && it->is_object() ? &*it : nullptr;
-}
-
-// stats[name].peak of cudalloc's stats, or 0.
-std::uint64_t stat_peak(const json& stats, const char* name) {
-  auto it = stats.find(name);
-  return it != stats.end() && it->is_object() ? u64(*it, "peak") : 0;
-}
-
-// Peak reserved over peak live: from cudalloc's stats when the snapshot has them (they cover
-// the whole run, and are what `replay` reports), else from the trace when it says both.
+// Peak reserved over peak live (peak_reserved.h), and the free memory now.
 json fragmentation(const Timeline& t, const Summary& s, const json* device_info) {
   json f = {{"reserved_unallocated_now", s.reserved > s.allocated ? s.reserved - s.allocated : 0},
             {"cached_now", s.reserved > s.active ? s.reserved - s.active : 0},
             {"largest_free_block", s.largest_free},
             {"free_bytes", s.free_bytes}};
-  std::uint64_t peak_reserved = 0, peak_live = 0;
-  std::string source;
-  if (const json* stats = stats_of(device_info); stats != nullptr) {
-    peak_reserved = stat_peak(*stats, "reserved_bytes");
-    peak_live = stat_peak(*stats, "active_bytes");
-    source = "cudalloc stats";
-  } else if (t.events > 0 && t.has_reserved) {
-    peak_reserved = std::uint64_t(t.peak_reserved.bytes);
-    peak_live = std::uint64_t(t.peak_live.bytes);
-    source = "trace";
-  }
-  if (!source.empty()) {
-    f["peak_reserved"] = peak_reserved;
-    f["peak_live"] = peak_live;
-    f["peak_source"] = source;
-    if (peak_live > 0) f["peak_ratio"] = double(peak_reserved) / double(peak_live);
+  const DevicePeaks peaks = device_peaks(t, device_info);
+  if (peaks.known()) {
+    f["peak_reserved"] = peaks.reserved;
+    f["peak_live"] = peaks.live;
+    f["peak_source"] = peaks.source;
+    if (peaks.live > 0) f["peak_ratio"] = double(peaks.reserved) / double(peaks.live);
   }
   return f;
 }
@@ -158,10 +137,14 @@ json device_json(const snapshot::LoadedSnapshot& snap, int device,
                          std::int64_t(summary.reserved)};
   const Timeline timeline =
       build_timeline(snap.events, device, final_state, limits.timeline_points);
+  const TraceCompleteness trace =
+      trace_completeness(snap.events, device, info, trace_capacity(snap.doc));
   return {{"device", device},
           {"summary", summary_json(summary, segments.size())},
           {"map", segment_map_json(segments, slabs, limits.blocks)},
           {"timeline", timeline_json(timeline)},
+          {"trace", trace_completeness_json(trace)},
+          {"history", event_history_json(snap.events, device, limits.history_events)},
           {"top_allocations", top_allocations(segments, slabs, limits.top_allocations)},
           {"fragmentation", fragmentation(timeline, summary, info)}};
 }

@@ -1,5 +1,6 @@
-// cudalloc view, the page: one section per device (summary, timeline, segment map, largest
-// allocations, fragmentation) and the allocator's settings, built from the embedded model.
+// cudalloc view, the page: one section per device (summary, fragmentation, timeline with its
+// out-of-memory events, segment map with the event slider, stream filter and address search,
+// largest allocations) and the allocator's settings, built from the embedded model.
 
 function summaryPanel(device) {
   const s = device.summary;
@@ -31,7 +32,11 @@ function fragmentationPanel(device) {
             ["free blocks, total", formatBytes(f.free_bytes)],
             ["largest free block", formatBytes(f.largest_free_block)]);
   const box = panel("Fragmentation", figures(rows));
-  if (f.peak_source) box.append(element("p", { class: "note" }, "Peaks from the " + f.peak_source + "."));
+  if (f.peak_source) {
+    box.append(element("p", { class: "note peak-source", "data-peak-reserved": f.peak_reserved },
+                       "Peaks from the " + f.peak_source + ". Reserved is device memory held " +
+                       "from the driver, each physical page once (cudalloc's reserved_bytes)."));
+  }
   return box;
 }
 
@@ -43,9 +48,9 @@ function topAllocationsPanel(device) {
                        element("th", {}, "stream"), element("th", {}, "segment"));
   const withSites = rows.some((r) => r.site);
   if (withSites) head.append(element("th", {}, "allocated at"));
-  const table = element("table", {}, head);
+  const table = element("table", { class: "top-allocations" }, head);
   for (const r of rows) {
-    const row = element("tr", {},
+    const row = element("tr", { "data-stream": r.stream },
                         element("td", { class: "mono" }, r.address),
                         element("td", { class: "num" }, formatBytes(r.size)),
                         element("td", { class: "num" }, r.requested ? formatBytes(r.requested) : "-"),
@@ -58,19 +63,140 @@ function topAllocationsPanel(device) {
   return panel("Largest allocations", table);
 }
 
+// The streams of the device's segments and events, for the stream filter.
+function deviceStreams(device) {
+  const streams = new Set(device.map.segments.map((s) => s.stream));
+  for (const s of (device.history && device.history.streams) || []) streams.add(s);
+  return Array.from(streams).sort();
+}
+
+// The slider that picks the event the segment map shows (the last one: the snapshot).
+function eventSlider(history, onChange) {
+  const last = historyLastEvent(history);
+  const slider = element("input", { type: "range", class: "event-slider", min: String(history.first - 1),
+                                    max: String(last), value: String(last), step: "1" });
+  const label = element("span", { class: "slider-label" });
+  const show = () => {
+    const at = Number(slider.value);
+    label.textContent = at === last ? "at the snapshot (after event " + formatCount(last) + ")"
+                                    : "at event " + formatCount(at);
+  };
+  slider.addEventListener("input", () => {
+    show();
+    onChange(Number(slider.value) === last ? null : Number(slider.value));
+  });
+  show();
+  const earliest = history.first > 0 ? " The page holds the last " + formatCount(history.count) +
+                                       " events: the map goes back to event " + formatCount(history.first - 1) + "." : "";
+  return { slider, label, box: element("label", { class: "control" }, "Blocks ", slider, label),
+           note: earliest };
+}
+
+function streamFilter(device, onChange) {
+  const select = element("select", { class: "stream-filter" }, element("option", { value: "" }, "every stream"));
+  for (const s of deviceStreams(device)) select.append(element("option", { value: s }, "stream " + s));
+  select.addEventListener("change", () => onChange(select.value || null));
+  return { select, box: element("label", { class: "control" }, "Show ", select) };
+}
+
+function addressSearch(onFind) {
+  const input = element("input", { type: "text", class: "address-search", placeholder: "0x7f...", size: "18" });
+  const button = element("button", { type: "button" }, "Find");
+  const run = () => onFind(input.value);
+  button.addEventListener("click", run);
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter") run();
+  });
+  return { input, button, box: element("span", { class: "control" }, "Address ", input, button) };
+}
+
+// What an address search found: the block, and the events of the history at the address.
+function searchResult(device, plot, text) {
+  const out = element("div", { class: "search-result" });
+  const address = parseAddress(text);
+  if (address === null) {
+    out.append(element("p", { class: "note" }, "Not an address: " + text));
+    return out;
+  }
+  const found = plot.find(address);
+  out.dataset.found = found && found.block ? "block" : found ? "segment" : "none";
+  if (found && found.block) {
+    out.append(element("pre", { class: "found-block" }, blockLines(found.segment, found.block, device.map.sites || []).join("\n") +
+                       "\nstream   " + found.segment.stream + "\n" + segmentLine(found.segment)));
+  } else {
+    out.append(element("p", { class: "note" }, found ? "In segment " + found.segment.address + ", in no drawn block."
+                                                   : "No segment of the snapshot holds " + text.trim() + "."));
+  }
+  out.append(historyTable(device.history, address));
+  return out;
+}
+
+function historyTable(h, address) {
+  if (!h || h.count === 0) return element("p", { class: "note" }, "The snapshot has no trace to search.");
+  const rows = eventsAt(h, historyOffset(h, address));
+  if (rows.length === 0) return element("p", { class: "note" }, "No event of the last " + formatCount(h.count) + " touched it.");
+  const table = element("table", { class: "address-history" },
+                        element("tr", {}, element("th", { class: "num" }, "event"), element("th", {}, "action"),
+                                element("th", {}, "block"), element("th", { class: "num" }, "size"),
+                                element("th", {}, "stream")));
+  for (const i of rows) {
+    table.append(element("tr", {}, element("td", { class: "num" }, formatCount(h.first + i)),
+                         element("td", {}, KIND_NAMES[h.kind[i]]),
+                         element("td", { class: "mono" }, addHex(h.base, h.offset[i])),
+                         element("td", { class: "num" }, formatBytes(h.size[i])),
+                         element("td", { class: "mono" }, h.streams[h.stream[i]])));
+  }
+  return table;
+}
+
+// The controls over one device's plots: the event slider, the stream filter, address search.
+function deviceControls(device, timeline, map, container) {
+  const bar = element("div", { class: "controls" });
+  const result = element("div");
+  const history = device.history;
+  if (history && history.count > 0) {
+    const picker = eventSlider(history, (at) => {
+      map.at = at;
+      map.draw();
+      if (timeline) timeline.setCursor(at === null ? null : at);
+    });
+    bar.append(picker.box);
+    if (timeline) {
+      timeline.onPick = (event) => {
+        picker.slider.value = String(Math.max(history.first - 1, Math.min(event, historyLastEvent(history))));
+        picker.slider.dispatchEvent(new Event("input"));
+      };
+    }
+    if (picker.note) container.append(element("p", { class: "note" }, picker.note));
+  }
+  const filter = streamFilter(device, (stream) => {
+    map.stream = stream;
+    map.draw();
+    for (const row of document.querySelectorAll("#device-" + device.device + " table.top-allocations tr[data-stream]")) {
+      row.hidden = stream !== null && row.dataset.stream !== stream;
+    }
+  });
+  const search = addressSearch((text) => {
+    result.replaceChildren(searchResult(device, map, text));
+  });
+  bar.append(filter.box, search.box);
+  container.prepend(bar);
+  container.append(result);
+}
+
 // Builds one device's section; returns the number of plots drawn.
 function renderDevice(device, container) {
-  const section = element("section", { class: "device" });
+  const section = element("section", { class: "device", id: "device-" + device.device });
   container.append(section);
   section.append(element("h2", {}, "Device " + device.device));
   section.append(element("div", { class: "grid" }, summaryPanel(device), fragmentationPanel(device)));
-  const timeline = panel("Live and reserved memory over the trace");
-  const map = panel("Segment map");
-  section.append(timeline, map, topAllocationsPanel(device));
-  let drawn = 0;
-  if (renderTimeline(timeline, device.timeline)) drawn += 1;
-  if (renderSegmentMap(map, device.map)) drawn += 1;
-  return drawn;
+  const timelineBox = panel("Live and reserved memory over the trace");
+  const mapBody = element("div");
+  section.append(timelineBox, panel("Segment map", mapBody), topAllocationsPanel(device));
+  const timeline = renderTimeline(timelineBox, device.timeline, device.trace);
+  const map = renderSegmentMap(mapBody, device.map, device.history);
+  if (map) deviceControls(device, timeline, map, mapBody);
+  return (timeline ? 1 : 0) + (map ? 1 : 0);
 }
 
 function settingsTable(object) {
