@@ -110,7 +110,8 @@ __attribute__((visibility("default"))) int cuMemFreeAsync(CUdeviceptr dptr, CUst
                ? kSuccess
                : REAL(cuMemFreeAsync)("cuMemFreeAsync", dptr, stream);
   }
-  const int r = free_ours(dptr, DeviceAllocator::FreeOrder::stream, stream, true);
+  const auto order = async_free_order(stream);
+  const int r = free_ours(dptr, order, stream, order == DeviceAllocator::FreeOrder::stream);
   return r != kNotOurs ? r : REAL(cuMemFreeAsync)("cuMemFreeAsync", dptr, stream);
 }
 
@@ -174,6 +175,7 @@ __attribute__((visibility("default"))) int cuStreamDestroy_v2(CUstream stream) {
 // statically linked runtime's cudaStreamBeginCapture arrives here.
 __attribute__((visibility("default"))) int cuStreamBeginCapture_v2(CUstream stream, int mode) {
   Inside inside;
+  if (serve(inside)) capture_beginning();
   const int r = REAL(cuStreamBeginCapture_v2)("cuStreamBeginCapture", stream, mode);
   if (r == kSuccess && serve(inside)) capture_began(stream);
   return r;
@@ -189,6 +191,7 @@ __attribute__((visibility("default"))) int cuStreamBeginCaptureToGraph(
     CUstream stream, void* graph, const void* dependencies, const void* dependency_data,
     std::size_t count, int mode) {
   Inside inside;
+  if (serve(inside)) capture_beginning();
   const int r = REAL(cuStreamBeginCaptureToGraph)("cuStreamBeginCaptureToGraph", stream, graph,
                                                   dependencies, dependency_data, count, mode);
   if (r == kSuccess && serve(inside)) capture_began(stream);

@@ -72,6 +72,14 @@ struct RecordHeader {
 struct Record {
   RecordHeader header{};
   std::vector<int> fds;
+  Record() = default;
+  Record(const Record&) = delete;
+  Record& operator=(const Record&) = delete;
+  // An importer may still read this memory after the free: it must not match any handle.
+  ~Record() {
+    std::memset(header.magic, 0, sizeof header.magic);
+    header.serial = 0;
+  }
 };
 
 // The exporter's records, by allocation.
@@ -130,7 +138,8 @@ bool describe(void* ptr, Record& r) {
   }
   r.fds.resize(count);
   if (cudalloc_ipc_share_pages(ptr, &page_size, &offset, r.fds.data(), count, &count) !=
-      CUDALLOC_SUCCESS) {
+          CUDALLOC_SUCCESS ||
+      count != r.fds.size()) {  // freed and allocated again between the two calls
     return false;
   }
   r.header.kind = kPages;
@@ -169,8 +178,9 @@ int release_legacy(void* base, const LegacyIpc& legacy) {  // g_opened_mutex hel
   return 0;
 }
 
-// Maps the pages of a record; their base in *base.
-int open_pages(int pid, const RecordHeader& h, void** base) {
+// Maps the pages of the record at `record_address` in process `pid`, whose header is `h`;
+// their base in *base.
+int open_pages(int pid, std::uint64_t record_address, const RecordHeader& h, void** base) {
   int inline_fds[64];
   std::vector<int> many;
   int* list = inline_fds;
@@ -178,7 +188,11 @@ int open_pages(int pid, const RecordHeader& h, void** base) {
     many.resize(h.count);
     list = many.data();
   }
-  if (!read_remote(pid, h.fds, list, h.count * sizeof(int))) {
+  RecordHeader again{};
+  // The header once more after the descriptors: the record was not freed in between (a
+  // freed record is wiped), so the numbers are the ones it describes.
+  if (!read_remote(pid, h.fds, list, h.count * sizeof(int)) ||
+      !read_remote(pid, record_address, &again, sizeof again) || again.serial != h.serial) {
     say("cudaIpcOpenMemHandle", "the exporting process's record could not be read");
     return kMapFailed;
   }
@@ -191,8 +205,8 @@ int open_pages(int pid, const RecordHeader& h, void** base) {
 
 // Maps an open record; the allocation's address in *ptr. Opening one allocation twice gives
 // the same address, counted, as CUDA gives one mapping per handle.
-int open_record(int pid, const RecordHeader& h, unsigned flags, void** ptr,
-                const LegacyIpc& legacy) {
+int open_record(int pid, std::uint64_t record_address, const RecordHeader& h, unsigned flags,
+                void** ptr, const LegacyIpc& legacy) {
   const HandleKey key{pid, h.serial};
   {
     std::lock_guard lock(g_opened_mutex);
@@ -204,7 +218,8 @@ int open_record(int pid, const RecordHeader& h, unsigned flags, void** ptr,
   }
   void* base = nullptr;
   const int code =
-      h.kind == kPlain ? open_legacy(h, flags, legacy, &base) : open_pages(pid, h, &base);
+      h.kind == kPlain ? open_legacy(h, flags, legacy, &base)
+                       : open_pages(pid, record_address, h, &base);
   if (code != 0) return code;
   *ptr = static_cast<char*>(base) + h.offset;
   std::lock_guard lock(g_opened_mutex);
@@ -222,11 +237,34 @@ int open_record(int pid, const RecordHeader& h, unsigned flags, void** ptr,
   return 0;
 }
 
+// The 64 bytes of the handle naming `record`.
+void write_handle(const Record& record, unsigned char* handle) {
+  Handle h{};
+  std::memcpy(h.magic, kHandleMagic, sizeof kHandleMagic);
+  h.pid = static_cast<std::int32_t>(::getpid());
+  h.kind = record.header.kind;
+  h.record = reinterpret_cast<std::uintptr_t>(&record.header);
+  h.serial = record.header.serial;
+  std::memcpy(handle, &h, sizeof h);
+}
+
 }  // namespace
 
 bool ipc_export(void* ptr, unsigned char* handle, int* code) noexcept {
   if (!enabled() || ptr == nullptr || allocator() == nullptr) return false;
   try {
+    {
+      // The live allocation's record, if it has one: a stable handle, as CUDA gives.
+      std::lock_guard lock(g_records_mutex);
+      if (g_records != nullptr) {
+        auto it = g_records->find(reinterpret_cast<std::uintptr_t>(ptr));
+        if (it != g_records->end() && !it->second.empty()) {
+          write_handle(*it->second.back(), handle);
+          *code = 0;
+          return true;
+        }
+      }
+    }
     auto record = std::make_unique<Record>();
     if (!describe(ptr, *record)) {
       // cudalloc's memory that cannot be shared (host tier, no export support), or not ours.
@@ -236,19 +274,13 @@ bool ipc_export(void* ptr, unsigned char* handle, int* code) noexcept {
       return true;
     }
     record->header.serial = g_serial.fetch_add(1);
-    Handle h{};
-    std::memcpy(h.magic, kHandleMagic, sizeof kHandleMagic);
-    h.pid = static_cast<std::int32_t>(::getpid());
-    h.kind = record->header.kind;
-    h.record = reinterpret_cast<std::uintptr_t>(&record->header);
-    h.serial = record->header.serial;
+    write_handle(*record, handle);
     {
       std::lock_guard lock(g_records_mutex);
       if (g_records == nullptr) g_records = new std::map<std::uintptr_t, std::vector<std::unique_ptr<Record>>>;
       (*g_records)[reinterpret_cast<std::uintptr_t>(ptr)].push_back(std::move(record));
     }
     g_exported.store(true, std::memory_order_release);
-    std::memcpy(handle, &h, sizeof h);
     *code = 0;
     return true;
   } catch (...) {
@@ -285,7 +317,7 @@ bool ipc_open(const unsigned char* handle, unsigned flags, void** ptr, const Leg
         g_by_handle = new std::map<HandleKey, std::uintptr_t>;
       }
     }
-    *code = open_record(h.pid, header, flags, ptr, legacy);
+    *code = open_record(h.pid, h.record, header, flags, ptr, legacy);
   } catch (...) {
     *code = 2;
   }
@@ -314,6 +346,12 @@ void ipc_forget(void* ptr) noexcept {
   if (!g_exported.load(std::memory_order_acquire)) return;
   std::lock_guard lock(g_records_mutex);
   g_records->erase(reinterpret_cast<std::uintptr_t>(ptr));
+}
+
+void ipc_forget_all() noexcept {
+  if (!g_exported.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(g_records_mutex);
+  g_records->clear();
 }
 
 }  // namespace cudalloc::interpose

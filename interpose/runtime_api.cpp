@@ -100,7 +100,8 @@ __attribute__((visibility("default"))) int cudaFreeAsync(void* ptr, void* stream
     return keep_freed_in_capture(ptr) ? kSuccess
                                       : REAL(cudaFreeAsync)("cudaFreeAsync", ptr, stream);
   }
-  const int r = free_ours(ptr, DeviceAllocator::FreeOrder::stream, stream, true);
+  const auto order = async_free_order(stream);
+  const int r = free_ours(ptr, order, stream, order == DeviceAllocator::FreeOrder::stream);
   return r != kNotOurs ? r : REAL(cudaFreeAsync)("cudaFreeAsync", ptr, stream);
 }
 
@@ -122,7 +123,8 @@ __attribute__((visibility("default"))) int cudaFreeAsync_ptsz(void* ptr, void* s
     return keep_freed_in_capture(ptr) ? kSuccess
                                       : REAL(cudaFreeAsync_ptsz)("cudaFreeAsync_ptsz", ptr, stream);
   }
-  const int r = free_ours(ptr, DeviceAllocator::FreeOrder::stream, s, true);
+  const auto order = async_free_order(s);
+  const int r = free_ours(ptr, order, s, order == DeviceAllocator::FreeOrder::stream);
   return r != kNotOurs ? r : REAL(cudaFreeAsync_ptsz)("cudaFreeAsync_ptsz", ptr, stream);
 }
 
@@ -242,6 +244,7 @@ __attribute__((visibility("default"))) int cudaStreamDestroy(void* stream) {
 // Captures are counted (core/captures.h): while one is underway nothing fences frees.
 __attribute__((visibility("default"))) int cudaStreamBeginCapture(void* stream, int mode) {
   Inside inside;
+  if (serve(inside)) capture_beginning();
   const int r = REAL(cudaStreamBeginCapture)("cudaStreamBeginCapture", stream, mode);
   if (r == kSuccess && serve(inside)) capture_began(stream);
   return r;
@@ -256,6 +259,7 @@ __attribute__((visibility("default"))) int cudaStreamEndCapture(void* stream, vo
 
 __attribute__((visibility("default"))) int cudaStreamBeginCapture_ptsz(void* stream, int mode) {
   Inside inside;
+  if (serve(inside)) capture_beginning();
   const int r = REAL(cudaStreamBeginCapture_ptsz)("cudaStreamBeginCapture_ptsz", stream, mode);
   if (r == kSuccess && serve(inside)) capture_began(stream != nullptr ? stream : kPerThreadStream);
   return r;
@@ -274,6 +278,7 @@ __attribute__((visibility("default"))) int cudaStreamBeginCaptureToGraph(
     void* stream, void* graph, const void* dependencies, const void* dependency_data,
     std::size_t count, int mode) {
   Inside inside;
+  if (serve(inside)) capture_beginning();
   const int r = REAL(cudaStreamBeginCaptureToGraph)("cudaStreamBeginCaptureToGraph", stream, graph,
                                                     dependencies, dependency_data, count, mode);
   if (r == kSuccess && serve(inside)) capture_began(stream);
@@ -284,6 +289,7 @@ __attribute__((visibility("default"))) int cudaStreamBeginCaptureToGraph_ptsz(
     void* stream, void* graph, const void* dependencies, const void* dependency_data,
     std::size_t count, int mode) {
   Inside inside;
+  if (serve(inside)) capture_beginning();
   const int r = REAL(cudaStreamBeginCaptureToGraph_ptsz)(
       "cudaStreamBeginCaptureToGraph_ptsz", stream, graph, dependencies, dependency_data, count,
       mode);

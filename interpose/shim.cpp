@@ -12,6 +12,7 @@
 #include "api/options.h"
 #include "api/runtime.h"
 #include "core/captures.h"
+#include "core/deferred_frees.h"
 #include "core/log.h"
 #include "device/cuda_device.h"
 #include "device/real_dlsym.h"
@@ -63,7 +64,8 @@ StreamVisibility stream_visibility() {
 
 // Libraries that carry a runtime but whose streams cannot hold work on memory a program
 // frees out of order, matched on the object's file name:
-//   - NVML and the runtime compilers queue no device work at all;
+//   - NVML, the runtime compilers and the tools' libraries (CUPTI, the profilers' and
+//     compute-sanitizer's injection libraries) queue no work on the program's memory;
 //   - NVIDIA's libraries (cuBLAS, cuBLASLt, cuDNN, cuFFT, cuRAND, cuSPARSE, cuSOLVER,
 //     cuTENSOR, NPP, nvJPEG, NCCL) queue every operation in the order of a stream the caller
 //     gives (cublasSetStream, cudnnSetStream, ncclAllReduce(..., stream), ...): work they put
@@ -75,9 +77,10 @@ bool streams_ordered_by_caller(const char* object) {
   const char* name = std::strrchr(object, '/');
   name = name != nullptr ? name + 1 : object;
   for (const char* prefix :
-       {"libnvidia-ml.so", "libnvrtc", "libnvJitLink", "libcublas", "libcudnn", "libcufft",
-        "libcurand", "libcusparse", "libcusolver", "libcutensor", "libnpp", "libnvjpeg",
-        "libnccl"}) {
+       {"libnvidia-ml.so", "libnvrtc", "libnvJitLink", "libcupti", "libnvperf",
+        "libToolsInjection", "libsanitizer", "libInterceptorInjection",
+        "libTreeLauncherTargetInjection", "libcublas", "libcudnn", "libcufft", "libcurand",
+        "libcusparse", "libcusolver", "libcutensor", "libnpp", "libnvjpeg", "libnccl"}) {
     if (std::strncmp(name, prefix, std::strlen(prefix)) == 0) return true;
   }
   return false;
@@ -87,23 +90,30 @@ void runtime_lookup_from(const void* caller) noexcept {
   Dl_info info{};
   const char* object = dladdr(caller, &info) != 0 && info.dli_fname != nullptr ? info.dli_fname : "";
   if (std::strstr(object, "libcudart.so") != nullptr) return;  // the runtime the hooks see
-  if (streams_ordered_by_caller(object)) {
-    log().debug("a CUDA runtime in {}, whose work follows its caller's streams", object);
-    return;
+  if (streams_ordered_by_caller(object)) return;
+  const bool first = !g_hidden_runtime.exchange(true);
+  // From now on every device-ordered free, on every device, waits for a device
+  // synchronization: a flag read without a lock (this runs inside dlsym, perhaps under the
+  // loader's lock, where taking an allocator lock could deadlock). Frees that completed
+  // before could not involve this runtime's streams: it had none yet.
+  DeferredFrees::streams_may_be_unseen_everywhere();
+  try {
+    if (first) {
+      log().info("a CUDA runtime linked into {} creates streams cudalloc cannot see: freed "
+                 "memory now waits for a device synchronization before reuse",
+                 object[0] != '\0' ? object : "an unknown object");
+    }
+  } catch (...) {  // no memory for the message: the switch is made all the same
   }
-  if (g_hidden_runtime.exchange(true)) {
-    log().debug("another CUDA runtime, in {}", object[0] != '\0' ? object : "an unknown object");
-    return;
+}
+
+void capture_beginning() noexcept {
+  try {
+    if (Allocator* a = process_allocator_if_created()) {
+      a->for_each_device([](DeviceAllocator& d) { d.before_capture(); });
+    }
+  } catch (...) {  // cannot happen (no allocation); the capture then may end with an error
   }
-  // From now on every device-ordered free waits for a device synchronization. Frees that
-  // completed before could not involve this runtime's streams: it had none yet.
-  set_stream_visibility(StreamVisibility::unseen_possible);
-  if (Allocator* a = process_allocator_if_created()) {
-    a->for_each_device([](DeviceAllocator& d) { d.note_unseen_streams(); });
-  }
-  log().info("a CUDA runtime linked into {} creates streams cudalloc cannot see: freed memory "
-             "now waits for a device synchronization before reuse",
-             object[0] != '\0' ? object : "an unknown object");
 }
 
 Allocator* allocator() {
@@ -172,6 +182,7 @@ void reset_device(int device) {
   Allocator* a = allocator();
   Error err = Error::ok;
   if (DeviceAllocator* d = a != nullptr ? a->device(device, &err) : nullptr) d->reset();
+  ipc_forget_all();  // the handles of every device go (a reset is rare; records hold no device)
 }
 
 void watch_stream(void* stream) {
@@ -199,9 +210,9 @@ FreeResult free_if_ours(void* ptr, DeviceAllocator::FreeOrder order, void* strea
   try {
     // A free on another stream than the allocation's: the memory waits for that stream.
     const auto handle = reinterpret_cast<StreamHandle>(stream);
+    ipc_forget(ptr);  // before the free: the address may be handed out again at once
     const Error err = a->free_anywhere(ptr, order, ordered_on_stream ? &handle : nullptr);
     if (err == Error::invalid_pointer) return FreeResult::not_ours;
-    if (err == Error::ok) ipc_forget(ptr);
     return err == Error::ok ? FreeResult::freed : FreeResult::failed;
   } catch (...) {
     return FreeResult::failed;

@@ -77,6 +77,9 @@ bool capturing(void* stream);
 // cudalloc's (and so is kept).
 bool keep_freed_in_capture(void* ptr);
 
+// Called before a capture begins: the event on the legacy stream a free may owe goes first
+// (during the capture it would end it with an error).
+void capture_beginning() noexcept;
 // A capture of `stream` began / ended (core/captures.h: no fence meanwhile).
 void capture_began(void* stream);
 void capture_ended(void* stream);
@@ -97,8 +100,19 @@ bool ipc_open(const unsigned char* handle, unsigned flags, void** ptr, const Leg
               int* code) noexcept;
 // Closes what ipc_open opened (true; the code in *code); false for other pointers.
 bool ipc_close(void* ptr, const LegacyIpc& legacy, int* code) noexcept;
-// The allocation `ptr` was freed: its records go (a handle of it no longer opens).
+// The allocation `ptr` is being freed: its records go (a handle of it no longer opens).
+// Called before the free, so that an allocation at the same address afterwards keeps its own.
 void ipc_forget(void* ptr) noexcept;
+void ipc_forget_all() noexcept;  // a device reset: every allocation is gone
+
+// The order of a stream-ordered free (cudaFreeAsync, cuMemFreeAsync) on `stream`. Every
+// thread's per-thread default stream has the one handle CU_STREAM_PER_THREAD (0x2), so its
+// pool is shared by threads whose streams do not order each other: a free there is
+// device-ordered (cudaFree's rule), which orders every blocking stream before reuse.
+inline DeviceAllocator::FreeOrder async_free_order(void* stream) {
+  return reinterpret_cast<std::uintptr_t>(stream) == 0x2 ? DeviceAllocator::FreeOrder::device
+                                                         : DeviceAllocator::FreeOrder::stream;
+}
 
 // Outcome of freeing through cudalloc.
 enum class FreeResult { freed, not_ours, failed };

@@ -160,9 +160,9 @@ cudalloc_error_t cudalloc_ipc_handle(const void* ptr, void* handle, size_t* offs
  * go to `fds` (capacity 0 asks for the count only); *page_size is the pages' size and
  * *offset ptr's offset from the first page's start. Another process maps them with
  * cudalloc_ipc_open_pages, or, in PyTorch's wire format, with PyTorch's own allocator
- * (expandable segments use the same scheme). The first share lets processes of the same user
- * take this process's descriptors over (prctl PR_SET_PTRACER_ANY: pidfd_getfd needs ptrace
- * permission). While shared, the allocation's memory cannot move to the host tier.
+ * (expandable segments use the same scheme). The first share (here or cudalloc_ipc_handle)
+ * lets processes of the same user take this process's descriptors over (prctl
+ * PR_SET_PTRACER_ANY: pidfd_getfd needs ptrace permission). While shared, the allocation's memory cannot move to the host tier.
  * CUDALLOC_ERROR_NOT_SUPPORTED for plain memory (use cudalloc_ipc_handle), host-tier pages
  * and drivers or containers without file-descriptor handles. */
 cudalloc_error_t cudalloc_ipc_share_pages(const void* ptr, size_t* page_size, size_t* offset,

@@ -1,7 +1,9 @@
 #include "core/deferred_frees.h"
 
 #include <algorithm>
+#include <atomic>
 
+#include "core/captures.h"
 #include "core/log.h"
 
 namespace cudalloc {
@@ -59,15 +61,33 @@ void DeferredFrees::free_in_stream_order(const LiveEntry& entry) {
   pending_.push_back(std::move(pending));
 }
 
+namespace {
+// Set once for the process (streams_may_be_unseen_everywhere): read without a lock, so that
+// the interposer can set it from inside dlsym, and devices set up later see it too.
+std::atomic<bool> g_unseen_everywhere{false};
+}  // namespace
+
+void DeferredFrees::streams_may_be_unseen_everywhere() {
+  g_unseen_everywhere.store(true, std::memory_order_release);
+}
+
+StreamVisibility DeferredFrees::visibility() const {
+  return g_unseen_everywhere.load(std::memory_order_acquire) ? StreamVisibility::unseen_possible
+                                                             : streams_;
+}
+
 void DeferredFrees::free_in_device_order(const LiveEntry& entry) {
   stream_uses_.erase(entry.key);  // the fence covers every stream
-  if (streams_ == StreamVisibility::all_seen && fence_streams_.empty()) {
+  if (visibility() == StreamVisibility::all_seen && fence_streams_.empty() &&
+      !Captures::process().underway()) {
     // Only default streams: the memory is reusable once one operation on the legacy default
     // stream lies between this free and the work of its next user. Per-thread default
     // streams (--default-stream per-thread, CU_STREAM_PER_THREAD) need it: no call creates
     // them, and two of them, in two host threads, do not order each other; each orders with
     // the legacy stream. The allocation that may hand the memory out queues it first
-    // (order_before_reuse).
+    // (order_before_reuse). Not while a graph is being captured: an operation on the legacy
+    // stream would end a capture of a blocking stream with an error, so the free waits for
+    // the fence after the capture (and the event owed from before it is paid as it begins).
     legacy_event_owed_ = true;
     pools_.complete_free(entry.owner.untagged(), entry.key);
     return;
@@ -132,7 +152,7 @@ void DeferredFrees::poll(Wait wait) {
 }
 
 void DeferredFrees::order_before_reuse() {
-  if (!legacy_event_owed_) return;
+  if (!legacy_event_owed_ || Captures::process().underway()) return;
   // One event on the legacy stream: it runs after the earlier work of every blocking stream,
   // and work queued later on any of them runs after it. Without it (an event that cannot be
   // recorded) the fence synchronizes the device.
@@ -169,14 +189,15 @@ void DeferredFrees::complete_unfenced() {
 }
 
 void DeferredFrees::register_stream(StreamHandle stream) {
-  if (streams_ != StreamVisibility::all_seen ||
+  if (visibility() != StreamVisibility::all_seen ||
       std::find(fence_streams_.begin(), fence_streams_.end(), stream) != fence_streams_.end()) {
     return;
   }
   // Memory already reused may have been freed while older work still used it: the new
   // stream starts after all of that work.
   const StreamHandle waiters[] = {stream};
-  sync_.fence(fence_streams_, waiters);
+  // Its hub event on the legacy stream is also the event a free may owe.
+  if (sync_.fence(fence_streams_, waiters)) legacy_event_owed_ = false;
   fence_streams_.push_back(stream);
 }
 

@@ -77,6 +77,9 @@ class DeferredFrees {
   // record_stream: the live allocation `entry` is used by work on `stream` too.
   void note_use(LiveEntry& entry, StreamHandle stream);
   bool has_stream_uses(std::uintptr_t addr) const { return stream_uses_.count(addr) == 1; }
+  // Drops the record_stream uses of `addr` (a free that needs no wait: the caller knows the
+  // work is done).
+  void forget_uses(std::uintptr_t addr) { stream_uses_.erase(addr); }
 
   // A free in stream order: complete at once unless other streams used the memory.
   void free_in_stream_order(const LiveEntry& entry);
@@ -100,11 +103,12 @@ class DeferredFrees {
   void complete_after_device_sync();
   // Whether fence() synchronizes the device (unseen streams possible): then it is worth
   // calling only once enough frees wait.
-  bool fence_synchronizes() const { return streams_ == StreamVisibility::unseen_possible; }
+  bool fence_synchronizes() const { return visibility() == StreamVisibility::unseen_possible; }
 
-  // From now on streams may be unseen (a CUDA runtime appeared that creates them out of
-  // sight): fences synchronize the device. Frees waiting now complete at the next fence.
-  void streams_may_be_unseen() { streams_ = StreamVisibility::unseen_possible; }
+  // From now on, in every device of the process (those set up later too), streams may be
+  // unseen (a CUDA runtime appeared that creates them out of sight): fences synchronize the
+  // device. Frees waiting now complete at the next fence. Lock-free; one way.
+  static void streams_may_be_unseen_everywhere();
 
   // Streams created by the program (all_seen: the fence orders them; a new one waits for the
   // work queued before it).
@@ -139,7 +143,9 @@ class DeferredFrees {
 
   std::vector<PendingFree> unfenced_;
   std::size_t unfenced_bytes_ = 0;
-  StreamVisibility streams_;
+  // streams_, unless streams_may_be_unseen_everywhere() was called.
+  StreamVisibility visibility() const;
+  const StreamVisibility streams_;
   std::vector<StreamHandle> fence_streams_;
   bool legacy_event_owed_ = false;  // see order_before_reuse
   std::unordered_map<std::uintptr_t, std::vector<StreamHandle>> stream_uses_;

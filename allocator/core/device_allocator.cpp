@@ -151,9 +151,9 @@ Error DeviceAllocator::allocate_locked(std::size_t size, StreamHandle stream,
   return err;
 }
 
-void DeviceAllocator::note_unseen_streams() {
+void DeviceAllocator::before_capture() {
   std::lock_guard lock(lock_);
-  deferred_.streams_may_be_unseen();
+  deferred_.order_before_reuse();
 }
 
 bool DeviceAllocator::fence_due() const {

@@ -133,9 +133,9 @@ class DeviceAllocator final : private FreeCompletion {
   // caller never says when the graph is gone. The graph's memory stays the graph's for the
   // life of the process (one warning says so). Otherwise as allocate().
   Error allocate_owned_by_capture(std::size_t size, StreamHandle stream, void** ptr);
-  // Streams may now exist that no call registers (a CUDA runtime linked into a library
-  // appeared): device-ordered frees wait for a device synchronization from now on.
-  void note_unseen_streams();
+  // Before a CUDA graph capture begins: pays the event on the legacy stream that frees may
+  // owe (DeferredFrees::order_before_reuse), which the capture would forbid.
+  void before_capture();
   // Private pools (private_pools.h; private_pools.cpp): create or add a user; drop a user
   // (the last one releases the pool's memory to the shared cache as it becomes free).
   Error create_private_pool(PoolId id);

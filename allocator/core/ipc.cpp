@@ -47,6 +47,7 @@ Error DeviceAllocator::ipc_handle(const void* ptr, unsigned char* handle,
                 "device %d: no IPC handle for %p: %s %s", ordinal_, ptr,
                 device::status_name(status), device_.last_failure());
   }
+  allow_importers();  // the preload library's importer reads its record (process_vm_readv)
   *offset = span.addr - seg.base;
   return Error::ok;
 }

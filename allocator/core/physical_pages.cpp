@@ -1,5 +1,6 @@
 #include "core/physical_pages.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -164,6 +165,8 @@ Error PhysicalPages::share(PhysicalPage& phys, int* fd) {
                   ordinal_, device::status_name(status), device_.last_failure());
     }
   }
+  // Not inherited by programs this process starts (the driver's descriptor may lack it).
+  ::fcntl(phys.shared_fd, F_SETFD, FD_CLOEXEC);
   *fd = phys.shared_fd;
   return Error::ok;
 }

@@ -9,6 +9,7 @@
 //   preload_test fork      fork() while threads allocate: every child can allocate
 //   preload_test oom PATH  an allocation past the limit fails and snapshot_on_oom wrote PATH
 //   preload_test ipc       CUDA IPC of paged memory through the runtime and the driver
+//   preload_test hidden_runtime  a runtime linked into the program is noticed
 //   preload_test capture   stream-ordered calls on a stream being captured reach the driver
 //                          (graph memory nodes); memory of cudalloc freed in a capture stays
 #include <cuda.h>
@@ -364,6 +365,25 @@ void capture_and_fences(GetProc get) {
   mem_free(e);
 }
 
+// A CUDA runtime linked into this program shows itself by looking up the driver's private
+// interface: from then on device-ordered frees wait for a device synchronization (past the
+// slack) instead of being reusable at once behind an event on the legacy stream.
+void hidden_runtime() {
+  constexpr std::size_t kSize = std::size_t{8} << 20;  // below the slack
+  void* p = nullptr;
+  void* q = nullptr;
+  check(cudaMalloc(&p, kSize) == cudaSuccess && cudaFree(p) == cudaSuccess &&
+            cudaMalloc(&q, kSize) == cudaSuccess && q == p,
+        "hidden runtime: before it, a freed block is reused at once");
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW);
+  check(lib != nullptr && dlsym(lib, "cuGetExportTable") != nullptr,
+        "hidden runtime: the private interface is looked up from the program");
+  void* r = nullptr;
+  check(cudaFree(q) == cudaSuccess && cudaMalloc(&r, kSize) == cudaSuccess && r != q,
+        "hidden runtime: after it, the freed block waits (new memory below the slack)");
+  cudaFree(r);
+}
+
 // Whether this kernel lets a process take over its own descriptors (pidfd_getfd).
 bool pidfd_available() {
   const int probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -455,6 +475,10 @@ int main(int argc, char** argv) {
           "oom: snapshot_on_oom wrote the snapshot under LD_PRELOAD");
     if (f != nullptr) std::fclose(f);
     std::remove(argv[2]);
+  } else if (mode == "hidden_runtime") {
+    hidden_runtime();
+    auto validate = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "cudalloc_validate"));
+    check(validate && validate(-1) == 0, "invariants hold");
   } else if (mode == "ipc") {
     if (ipc_paths() == 77) return 77;
     auto validate = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "cudalloc_validate"));

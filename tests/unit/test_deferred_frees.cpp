@@ -1,6 +1,7 @@
 // DeferredFrees: record_stream uses, pending and unfenced frees, directly on a FakeDevice
 // with a FreeCompletion that records what completed.
 #include "component_fixture.h"
+#include "core/captures.h"
 
 using namespace cudalloc;
 using namespace cudalloc::test;
@@ -304,4 +305,28 @@ TEST_CASE("deferred frees: forget drops every wait", "[component][deferred_frees
   f.fake.complete_all();
   f.deferred.poll(Wait::block);
   CHECK(f.done.addrs.empty());
+}
+
+TEST_CASE("deferred frees, all streams seen: during a capture a free waits, and no event goes on the legacy stream",
+          "[component][deferred_frees][capture]") {
+  // An operation on the legacy stream would end a capture of a blocking stream with an
+  // error: the free made before the capture pays its event first; one made during it waits.
+  Frees f(StreamVisibility::all_seen);
+  FakeAllocation before(kOwn, 0x10000);
+  FakeAllocation during(kOwn, 0x20000);
+  f.deferred.free_in_device_order(before.entry);
+  CHECK(f.done.addrs.size() == 1);
+  f.deferred.order_before_reuse();  // what DeviceAllocator::before_capture does
+  CHECK(f.fake.calls(CallKind::event_record) == 1);
+  constexpr std::uintptr_t kCaptured = 0x2a;
+  Captures::process().began(kCaptured);
+  f.deferred.free_in_device_order(during.entry);
+  CHECK(f.done.addrs.size() == 1);  // waits
+  CHECK(f.deferred.has_unfenced());
+  f.deferred.order_before_reuse();
+  CHECK(f.fake.calls(CallKind::event_record) == 1);  // nothing on the legacy stream
+  Captures::process().ended(kCaptured);
+  f.deferred.fence();  // the next allocation after the capture
+  CHECK(f.done.addrs.size() == 2);
+  CHECK(f.fake.calls(CallKind::event_record) == 2);
 }

@@ -294,6 +294,7 @@ std::string share_pages(void* ptr, std::size_t* offset) {
   std::vector<int> fds(count);
   check(cudalloc_ipc_share_pages(ptr, &page_size, offset, fds.data(), fds.size(), &count),
         "sharing a CUDA tensor with another process (CUDA IPC)");
+  TORCH_CHECK(count == fds.size(), "cudalloc: the tensor's memory changed while it was shared");
   const ShareHeader header{getpid(), page_size, count};
   std::string wire{kHandleVersion, kHandlePages};
   wire.append(reinterpret_cast<const char*>(&header), sizeof header);
@@ -322,7 +323,8 @@ void* TorchAllocator::open_pages(const std::string& handle) {
   TORCH_CHECK(handle.size() >= 2 + sizeof header, "cudalloc: truncated CUDA IPC handle");
   std::memcpy(&header, handle.data() + 2, sizeof header);
   TORCH_CHECK(header.num_handles > 0 &&
-                  handle.size() == 2 + sizeof header + header.num_handles * sizeof(int),
+                  (handle.size() - 2 - sizeof header) % sizeof(int) == 0 &&
+                  header.num_handles == (handle.size() - 2 - sizeof header) / sizeof(int),
               "cudalloc: malformed CUDA IPC handle of expandable segments (",
               header.num_handles, " pages in ", handle.size(), " bytes)");
   std::vector<int> fds(header.num_handles);
