@@ -66,6 +66,56 @@ cudalloc_error_t cudalloc_pool_allocations(cudalloc_pool_t pool, int device, voi
   });
 }
 
+cudalloc_error_t cudalloc_pool_checkpoint(cudalloc_pool_t pool, int device,
+                                          cudalloc_pool_allocation_t* out, size_t capacity,
+                                          size_t* count) {
+  return on_device(device, MinusOne::current, [&](DeviceAllocator& d) {
+    if (count == nullptr || (out == nullptr && capacity != 0)) {
+      return fail(Error::invalid_value, "pool_checkpoint: count is NULL or out is NULL");
+    }
+    std::vector<PoolAllocation> live;
+    if (const Error err = d.checkpoint_private_pool(pool, &live); err != Error::ok) return err;
+    *count = live.size();
+    for (std::size_t i = 0; i < live.size() && i < capacity; ++i) {
+      out[i] = {reinterpret_cast<void*>(live[i].addr), live[i].size, live[i].requested};
+    }
+    return Error::ok;
+  });
+}
+
+cudalloc_error_t cudalloc_pool_restore(cudalloc_pool_t pool, int device,
+                                       const cudalloc_pool_allocation_t* checkpoint,
+                                       size_t count, void** freed, size_t capacity,
+                                       size_t* freed_count) {
+  return on_device(device, MinusOne::current, [&](DeviceAllocator& d) {
+    if (freed_count == nullptr || (checkpoint == nullptr && count != 0) ||
+        (freed == nullptr && capacity != 0)) {
+      return fail(Error::invalid_value, "pool_restore: a NULL argument");
+    }
+    std::vector<std::uintptr_t> live;
+    if (const Error err = d.private_pool_allocations(pool, &live); err != Error::ok) return err;
+    if (live.size() > capacity) {
+      *freed_count = live.size();
+      return fail(Error::invalid_value, "pool_restore: room for %zu freed addresses, %zu live",
+                  capacity, live.size());
+    }
+    std::vector<PoolAllocation> wanted(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      wanted[i] = {reinterpret_cast<std::uintptr_t>(checkpoint[i].ptr), checkpoint[i].size,
+                   checkpoint[i].requested};
+    }
+    std::vector<std::uintptr_t> gone;
+    if (const Error err = d.restore_private_pool(pool, wanted, &gone); err != Error::ok) {
+      return err;
+    }
+    *freed_count = gone.size();
+    for (std::size_t i = 0; i < gone.size() && i < capacity; ++i) {
+      freed[i] = reinterpret_cast<void*>(gone[i]);
+    }
+    return Error::ok;
+  });
+}
+
 cudalloc_error_t cudalloc_ipc_handle(const void* ptr, void* handle, size_t* offset) {
   return on_owner(ptr, "ipc_handle", [&](DeviceAllocator& d) {
     if (handle == nullptr || offset == nullptr) {

@@ -146,6 +146,26 @@ cudalloc_error_t cudalloc_allocate_in_pool(void** ptr, size_t size, int device,
  * the first min(count, capacity) go to `ptrs` (which may be NULL when capacity is 0). */
 cudalloc_error_t cudalloc_pool_allocations(cudalloc_pool_t pool, int device, void** ptrs,
                                            size_t capacity, size_t* count);
+/* Checkpoints of a private pool (PyTorch's cudagraph trees). A checkpoint is the pool's live
+ * allocations with their block sizes, in address order: *count receives how many, the first
+ * min(count, capacity) go to `out`. cudalloc_pool_restore frees every allocation of the pool
+ * that is live now (their addresses to `freed`, whose capacity must hold them all: ask
+ * cudalloc_pool_allocations; *freed_count receives how many) and makes exactly the
+ * checkpoint's allocations live again at their addresses. Nothing queued may still use the
+ * pool's memory. CUDALLOC_ERROR_INVALID_VALUE, with nothing changed, when the checkpoint does
+ * not fit the pool's segments or `freed` is too small. */
+typedef struct cudalloc_pool_allocation {
+  void* ptr;
+  size_t size;       /* the block's size */
+  size_t requested;  /* the size asked for */
+} cudalloc_pool_allocation_t;
+cudalloc_error_t cudalloc_pool_checkpoint(cudalloc_pool_t pool, int device,
+                                          cudalloc_pool_allocation_t* out, size_t capacity,
+                                          size_t* count);
+cudalloc_error_t cudalloc_pool_restore(cudalloc_pool_t pool, int device,
+                                       const cudalloc_pool_allocation_t* checkpoint,
+                                       size_t count, void** freed, size_t capacity,
+                                       size_t* freed_count);
 
 /* ---- CUDA IPC ------------------------------------------------------------------------ */
 /* The legacy IPC handle (64 bytes, a cudaIpcMemHandle_t) of the memory under the live

@@ -203,6 +203,30 @@ void BlockPool::split(StreamPool& pool, Block* block, std::size_t size) {
   insert_free(pool, rest);
 }
 
+Error BlockPool::allocate_at(Segment& seg, std::uintptr_t addr, std::size_t size, Block** out) {
+  Block* block = seg.first;
+  while (block != nullptr && block->addr + block->size <= addr) block = block->next;
+  if (seg.kind != Segment::Kind::plain || block == nullptr ||
+      block->state != Block::State::free || block->addr > addr ||
+      block->addr + block->size < addr + size || size % kBlockRound != 0 ||
+      (addr - block->addr) % kBlockRound != 0) {
+    return Error::invalid_value;
+  }
+  StreamPool& pool = *seg.pool;
+  erase_free(pool, block);
+  if (block->addr < addr) {  // the part before stays free
+    split(pool, block, addr - block->addr);
+    Block* rest = block->next;
+    insert_free(pool, block);
+    erase_free(pool, rest);
+    block = rest;
+  }
+  split(pool, block, size);
+  block->state = Block::State::allocated;
+  *out = block;
+  return Error::ok;
+}
+
 void BlockPool::free(Block* block) {
   Segment& seg = *block->segment;
   if (seg.paged()) mapper_->unuse(seg, block->addr, block->size);

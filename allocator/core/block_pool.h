@@ -42,6 +42,10 @@ class BlockPool {
   Error allocate(StreamPool& pool, const Request& request, BlockUse use, Block** out);
   // Returns an allocated (or slab, or pending) block to its pool's free blocks.
   void free(Block* block);
+  // Allocates exactly [addr, addr + size) of the plain segment `seg` (a restored checkpoint,
+  // private_pools.h): invalid_value unless one free block covers it. `size` is a block size
+  // (a multiple of kBlockRound) and `addr` a block boundary of the checkpointed layout.
+  Error allocate_at(Segment& seg, std::uintptr_t addr, std::size_t size, Block** out);
   // Returns every wholly free segment of `kind` (plain or pinned_host) to the driver after one
   // device synchronization; the bytes released.
   std::size_t release_free_segments(Segment::Kind kind);

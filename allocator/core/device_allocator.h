@@ -143,6 +143,13 @@ class DeviceAllocator final : private FreeCompletion {
   int private_pool_use_count(PoolId id) const;
   // The live allocations of private pool `id`, in address order.
   Error private_pool_allocations(PoolId id, std::vector<std::uintptr_t>* out) const;
+  // A checkpoint of private pool `id` (its live allocations, in address order), and its
+  // restore: every live allocation of the pool is freed (their addresses in *freed) and
+  // exactly `checkpoint`'s are made live again (private_pools.h). On invalid_value nothing
+  // changed.
+  Error checkpoint_private_pool(PoolId id, std::vector<PoolAllocation>* out) const;
+  Error restore_private_pool(PoolId id, const std::vector<PoolAllocation>& checkpoint,
+                             std::vector<std::uintptr_t>* freed);
   // The legacy IPC handle of the plain segment under the live allocation `ptr`, and the
   // allocation's offset in it (PyTorch's shareIpcHandle). not_supported for paged and host
   // memory, which cannot carry one.
@@ -188,6 +195,8 @@ class DeviceAllocator final : private FreeCompletion {
                          Owner* owner);
   // A released private pool's wholly free segments join the shared pools (private_pools.h).
   void return_released_segments(StreamPool& pool);
+  // The plain segment of private pool `id` that holds [addr, addr + size), or nullptr.
+  Segment* private_segment_of(PoolId id, std::uintptr_t addr, std::size_t size) const;
   void forget_if_empty(PoolId id);
   // Whether the device-ordered frees waiting are worth a device synchronization now.
   bool fence_due() const;

@@ -182,3 +182,88 @@ std::size_t DeviceAllocator::largest_free_block() const {
 }
 
 }  // namespace cudalloc
+
+namespace cudalloc {
+
+Error DeviceAllocator::checkpoint_private_pool(PoolId id, std::vector<PoolAllocation>* out) const {
+  return metadata_guard("checkpoint_private_pool", ordinal_, [&] {
+    std::lock_guard lock(lock_);
+    out->clear();
+    live_.for_each([&](const LiveEntry& e) {
+      if (!e.owner.is_slab() && e.owner.block()->segment->pool->private_id == id) {
+        out->push_back(PoolAllocation{e.key, e.owner.rounded_size(), e.requested});
+      }
+    });
+    std::sort(out->begin(), out->end(),
+              [](const PoolAllocation& a, const PoolAllocation& b) { return a.addr < b.addr; });
+    return Error::ok;
+  });
+}
+
+Segment* DeviceAllocator::private_segment_of(PoolId id, std::uintptr_t addr,
+                                             std::size_t size) const {
+  Segment* found = nullptr;
+  pools_.for_each([&](const StreamPool& pool) {
+    if (pool.private_id != id) return;
+    for (Segment* seg : pool.segments) {
+      if (addr >= seg->base && size <= seg->size && addr - seg->base <= seg->size - size) {
+        found = seg;
+      }
+    }
+  });
+  return found;
+}
+
+Error DeviceAllocator::restore_private_pool(PoolId id,
+                                            const std::vector<PoolAllocation>& checkpoint,
+                                            std::vector<std::uintptr_t>* freed) {
+  return metadata_guard("restore_private_pool", ordinal_, [&] {
+    std::lock_guard lock(lock_);
+    if (private_.use_count(id) == 0) {
+      return fail(Error::invalid_value, "device %d: restore of private pool %llu, which is not "
+                  "in use", ordinal_, static_cast<unsigned long long>(id));
+    }
+    // Checked before anything changes: each allocation lies in one of the pool's segments,
+    // in address order, without overlap (all of the pool is free once its live ones go).
+    std::vector<Segment*> homes;
+    for (std::size_t i = 0; i < checkpoint.size(); ++i) {
+      const PoolAllocation& a = checkpoint[i];
+      Segment* seg = a.size == 0 ? nullptr : private_segment_of(id, a.addr, a.size);
+      if (seg == nullptr || (i > 0 && checkpoint[i - 1].addr + checkpoint[i - 1].size > a.addr)) {
+        return fail(Error::invalid_value, "device %d: checkpoint of private pool %llu does not "
+                    "match its segments at %#zx", ordinal_,
+                    static_cast<unsigned long long>(id), static_cast<std::size_t>(a.addr));
+      }
+      homes.push_back(seg);
+    }
+    std::vector<LiveEntry> live;
+    live_.for_each([&](const LiveEntry& e) {
+      if (!e.owner.is_slab() && e.owner.block()->segment->pool->private_id == id) live.push_back(e);
+    });
+    freed->clear();
+    for (const LiveEntry& e : live) {
+      live_.erase(live_.find(e.key));
+      deferred_.forget_uses(e.key);  // nothing queued uses the memory (the caller's promise)
+      ledger_.free_requested(e.key, e.owner.rounded_size(), e.requested, e.owner.stream());
+      complete_free(e.owner.untagged(), e.key);
+      freed->push_back(e.key);
+    }
+    for (std::size_t i = 0; i < checkpoint.size(); ++i) {
+      const PoolAllocation& a = checkpoint[i];
+      Block* block = nullptr;
+      if (blocks_.allocate_at(*homes[i], a.addr, a.size, &block) != Error::ok) {
+        return fail(Error::internal, "device %d: restoring %#zx in private pool %llu failed",
+                    ordinal_, static_cast<std::size_t>(a.addr),
+                    static_cast<unsigned long long>(id));
+      }
+      block->requested = a.requested;
+      const Owner owner = Owner::of(block);
+      live_.insert(LiveEntry{a.addr, owner, a.requested});
+      ledger_.handed_out(a.addr, owner.rounded_size(), a.requested, owner.stream());
+    }
+    if (settings_.validate) check_after_operation("restore_private_pool");
+    return Error::ok;
+  });
+}
+
+}  // namespace cudalloc

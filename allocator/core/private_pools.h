@@ -16,6 +16,13 @@
 // A request routed to P makes no stream-ordering call (no event, no stream wait), so it is
 // safe while P's stream is being captured.
 //
+// Checkpoints (PyTorch's cudagraph trees): a checkpoint is the list of P's live allocations
+// (address, block size, requested size). Restoring it frees every allocation of P that is
+// live then and makes exactly the checkpoint's allocations live again at their addresses, in
+// P's segments (which P never gives back while it has users, so they are still there).
+// The caller guarantees that nothing queued still uses P's memory, as PyTorch's allocator
+// requires (it asserts that no block has outstanding events).
+//
 // This object only counts; DeviceAllocator (private_pools.cpp) moves the memory. Not
 // thread-safe: the device allocator's lock guards it.
 #pragma once
@@ -25,6 +32,12 @@
 #include "core/stream_pool.h"
 
 namespace cudalloc {
+
+struct PoolAllocation {
+  std::uintptr_t addr = 0;
+  std::size_t size = 0;       // the block's size
+  std::size_t requested = 0;  // what was asked for
+};
 
 class PrivatePools {
  public:

@@ -273,3 +273,67 @@ TEST_CASE("without pool calls, a capture's allocations still stay the graph's",
     CHECK(h.fake.capture_violations() == 0);
   }
 }
+
+TEST_CASE("a private pool restored to a checkpoint has exactly the checkpoint's allocations",
+          "[private_pools][checkpoint]") {
+  // Cudagraph trees: record a node, checkpoint, record a branch, then rewind to the
+  // checkpoint before recording the sibling branch.
+  Harness h;
+  REQUIRE(h.alloc->create_private_pool(kGraph) == Error::ok);
+  std::vector<void*> node;
+  for (int i = 0; i < 6; ++i) node.push_back(pool_get(h, (i + 1) * 70 * KiB, kGraph));
+  h.put(node[2]);  // freed inside the node: not part of the checkpoint
+  std::vector<PoolAllocation> checkpoint;
+  REQUIRE(h.alloc->checkpoint_private_pool(kGraph, &checkpoint) == Error::ok);
+  REQUIRE(checkpoint.size() == 5);
+  CHECK(std::is_sorted(checkpoint.begin(), checkpoint.end(),
+                       [](const auto& a, const auto& b) { return a.addr < b.addr; }));
+  const auto before = h.stats();
+  // The first branch frees some of the node's tensors and allocates its own.
+  h.put(node[0]);
+  h.put(node[4]);
+  std::vector<void*> branch;
+  for (int i = 0; i < 4; ++i) branch.push_back(pool_get(h, (i + 2) * 90 * KiB, kGraph));
+  std::vector<std::uintptr_t> freed;
+  REQUIRE(h.alloc->restore_private_pool(kGraph, checkpoint, &freed) == Error::ok);
+  h.check();
+  CHECK(freed.size() == 3 + 4);  // node[1], node[3], node[5] and the branch's
+  std::vector<std::uintptr_t> live;
+  REQUIRE(h.alloc->private_pool_allocations(kGraph, &live) == Error::ok);
+  std::vector<std::uintptr_t> expected;
+  for (const PoolAllocation& a : checkpoint) expected.push_back(a.addr);
+  CHECK(live == expected);
+  CHECK(h.stats().allocated_bytes.current == before.allocated_bytes.current);
+  CHECK(h.stats().requested_bytes.current == before.requested_bytes.current);
+  // The sibling branch allocates from what is free around the restored layout; the restored
+  // allocations free as usual.
+  void* sibling = pool_get(h, 200 * KiB, kGraph);
+  CHECK(std::find(expected.begin(), expected.end(), addr(sibling)) == expected.end());
+  h.put(sibling);
+  for (const PoolAllocation& a : checkpoint) h.put(reinterpret_cast<void*>(a.addr));
+  REQUIRE(h.alloc->release_private_pool(kGraph) == Error::ok);
+  h.check();
+}
+
+TEST_CASE("a checkpoint that does not fit the pool is refused and changes nothing",
+          "[private_pools][checkpoint]") {
+  Harness h;
+  REQUIRE(h.alloc->create_private_pool(kGraph) == Error::ok);
+  void* a = pool_get(h, 300 * KiB, kGraph);
+  std::vector<PoolAllocation> checkpoint;
+  REQUIRE(h.alloc->checkpoint_private_pool(kGraph, &checkpoint) == Error::ok);
+  std::vector<std::uintptr_t> freed;
+  auto outside = checkpoint;
+  outside[0].addr += std::size_t{1} << 40;  // in no segment of the pool
+  CHECK(h.alloc->restore_private_pool(kGraph, outside, &freed) == Error::invalid_value);
+  auto overlapping = checkpoint;
+  overlapping.push_back(checkpoint[0]);
+  CHECK(h.alloc->restore_private_pool(kGraph, overlapping, &freed) == Error::invalid_value);
+  CHECK(h.alloc->restore_private_pool(kGraph + 1, checkpoint, &freed) == Error::invalid_value);
+  std::vector<std::uintptr_t> live;
+  REQUIRE(h.alloc->private_pool_allocations(kGraph, &live) == Error::ok);
+  CHECK(live == std::vector<std::uintptr_t>{addr(a)});  // untouched
+  h.check();
+  h.put(a);
+  REQUIRE(h.alloc->release_private_pool(kGraph) == Error::ok);
+}

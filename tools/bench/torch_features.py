@@ -137,6 +137,45 @@ def compile_reduce_overhead(torch):
     return {"detail": f"8 calls, max diff {worst:.1e}"}
 
 
+@feature("cudagraph_tree_branches", "graphs")
+def cudagraph_tree_branches(torch):
+    # Cudagraph trees (reduce-overhead's default): f then g, and f then h, are two branches
+    # of one tree; recording the second rewinds the pool to f's checkpoint
+    # (getCheckpointState / setCheckpointPoolState), counted here.
+    import torch._inductor.config as inductor_config
+    assert inductor_config.triton.cudagraph_trees, "cudagraph trees are off"
+    calls = {"checkpoint": 0, "restore": 0}
+    real_get, real_set = torch._C._cuda_getCheckpointState, torch._C._cuda_setCheckpointPoolState
+
+    def counted_get(*args):
+        calls["checkpoint"] += 1
+        return real_get(*args)
+
+    def counted_set(*args):
+        calls["restore"] += 1
+        return real_set(*args)
+
+    torch._C._cuda_getCheckpointState, torch._C._cuda_setCheckpointPoolState = counted_get, counted_set
+    torch.manual_seed(0)
+    w = [torch.randn(256, 256, device="cuda") / 16 for _ in range(3)]
+    f = torch.compile(lambda x: (x @ w[0]).relu(), mode="reduce-overhead")
+    g = torch.compile(lambda x: (x @ w[1]).sigmoid(), mode="reduce-overhead")
+    h = torch.compile(lambda x: (x @ w[2]).tanh(), mode="reduce-overhead")
+    worst = 0.0
+    with torch.no_grad():
+        for i in range(12):
+            torch.compiler.cudagraph_mark_step_begin()
+            x = torch.randn(64, 256, device="cuda")
+            second, op = (g, torch.sigmoid) if i % 2 == 0 else (h, torch.tanh)
+            out = second(f(x)).clone()
+            expect = op((x @ w[0]).relu() @ w[1 if i % 2 == 0 else 2])
+            worst = max(worst, float((out - expect).abs().max()))
+    assert worst < 1e-2, f"tree outputs differ by {worst}"
+    assert calls["restore"] > 0, f"no branch was rewound ({calls})"
+    return {"detail": f"{calls['checkpoint']} checkpoints, {calls['restore']} restores, "
+                      f"max diff {worst:.1e}"}
+
+
 @feature("cudnn_benchmark", "kernels")
 def cudnn_benchmark(torch):
     torch.manual_seed(0)

@@ -228,18 +228,51 @@ bool TorchAllocator::checkPoolLiveAllocations(c10::DeviceIndex device,
   return true;
 }
 
-std::shared_ptr<cca::AllocatorState> TorchAllocator::getCheckpointState(c10::DeviceIndex,
-                                                                        c10::MempoolId_t) {
-  TORCH_CHECK(false,
-              "cudalloc does not checkpoint private pools, which cudagraph trees need; "
-              "cudalloc.enable() sets torch._inductor.config.triton.cudagraph_trees = False, "
-              "so torch.compile(mode='reduce-overhead') uses CUDA graphs without trees");
+namespace {
+
+// A checkpoint of a private pool (cudagraph trees): the core's list of its live allocations.
+struct PoolCheckpoint final : cca::AllocatorState {
+  std::uint64_t key = 0;
+  std::vector<cudalloc_pool_allocation_t> allocations;
+};
+
+}  // namespace
+
+std::shared_ptr<cca::AllocatorState> TorchAllocator::getCheckpointState(
+    c10::DeviceIndex device, c10::MempoolId_t id) {
+  auto checkpoint = std::make_shared<PoolCheckpoint>();
+  checkpoint->key = routes_.key_of(id);
+  std::size_t count = 0;
+  check(cudalloc_pool_checkpoint(checkpoint->key, device, nullptr, 0, &count),
+        "checkpointing a private pool");
+  checkpoint->allocations.resize(count);
+  check(cudalloc_pool_checkpoint(checkpoint->key, device, checkpoint->allocations.data(), count,
+                                 &count),
+        "checkpointing a private pool");
+  checkpoint->allocations.resize(count);
+  return checkpoint;
 }
 
 cca::CheckpointDelta TorchAllocator::setCheckpointPoolState(
-    c10::DeviceIndex device, std::shared_ptr<cca::AllocatorState>) {
-  getCheckpointState(device, {0, 0});
-  return {};
+    c10::DeviceIndex device, std::shared_ptr<cca::AllocatorState> state) {
+  auto checkpoint = std::dynamic_pointer_cast<PoolCheckpoint>(state);
+  TORCH_CHECK(checkpoint != nullptr, "cudalloc: a checkpoint of another allocator");
+  std::size_t live = 0;
+  check(cudalloc_pool_allocations(checkpoint->key, device, nullptr, 0, &live),
+        "restoring a private pool");
+  cca::CheckpointDelta delta;
+  delta.ptrs_freed.resize(live);
+  std::size_t freed = 0;
+  check(cudalloc_pool_restore(checkpoint->key, device, checkpoint->allocations.data(),
+                              checkpoint->allocations.size(), delta.ptrs_freed.data(),
+                              delta.ptrs_freed.size(), &freed),
+        "restoring a private pool");
+  delta.ptrs_freed.resize(freed);
+  const c10::Device where(c10::DeviceType::CUDA, device);
+  for (const cudalloc_pool_allocation_t& a : checkpoint->allocations) {
+    delta.dataptrs_allocd.emplace_back(a.ptr, a.ptr, &raw_delete_fn, where);
+  }
+  return delta;
 }
 
 // ---- Peers, copies, IPC -------------------------------------------------------------

@@ -14,7 +14,6 @@ Two ways in, chosen by enable():
 
 import ctypes
 import os
-import warnings
 
 from ._capi import (CudallocError, _lib, _lock, library_path, reset_peak_stats,
                     torch_memory_stats)
@@ -116,24 +115,7 @@ def _install_adapter(torch, lib, path):
         raise TooLateError(_too_late_message(text))
     if code != 0:
         raise CudallocError(f"installing the PyTorch adapter {path} failed: {text}")
-    _choose_cudagraph_path(torch)
     return adapter
-
-
-def _choose_cudagraph_path(torch):
-    # Cudagraph trees rewind a private pool to a checkpointed block layout between tree
-    # branches (getCheckpointState / setCheckpointPoolState), which cudalloc's pools do not
-    # implement; torch.compile(mode="reduce-overhead") then uses plain CUDA graphs over
-    # cudalloc's private pools instead, with the same results.
-    try:
-        import torch._inductor.config as inductor_config
-    except Exception:  # inductor absent or broken: nothing uses cudagraph trees then
-        return
-    if inductor_config.triton.cudagraph_trees:
-        inductor_config.triton.cudagraph_trees = False
-        warnings.warn("cudalloc: torch.compile(mode='reduce-overhead') will use CUDA graphs "
-                      "without cudagraph trees (cudalloc does not checkpoint private pools)",
-                      stacklevel=4)
 
 
 def _wants_adapter(adapter):
