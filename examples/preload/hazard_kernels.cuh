@@ -1,4 +1,4 @@
-// The kernels of the cudaFree checks (streams.cu, static_reader.cu): a fill, a slow reader
+// The kernels of the GPU checks (streams.cu, static_reader.cu, ipc.cu): a fill, a slow reader
 // that counts every word changed under it, and a final count of wrong words.
 #pragma once
 

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <vector>
 
+#include "hazard_kernels.cuh"
+
 namespace {
 
 #define CHECK(call)                                                                        \
@@ -31,25 +33,6 @@ namespace {
 constexpr std::size_t kSizes[] = {3000, std::size_t{1} << 20, (std::size_t{5} << 20) + 4096,
                                   std::size_t{64} << 20};
 constexpr int kBuffers = sizeof kSizes / sizeof kSizes[0];
-
-__device__ unsigned word(std::size_t i, unsigned pattern) { return pattern ^ unsigned(i * 2654435761u); }
-
-__global__ void fill(unsigned* x, std::size_t n, unsigned pattern) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    x[i] = word(i, pattern);
-  }
-}
-
-__global__ void count_wrong(const unsigned* x, std::size_t n, unsigned pattern,
-                            unsigned long long* wrong) {
-  unsigned long long bad = 0;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    bad += x[i] != word(i, pattern);
-  }
-  if (bad != 0) atomicAdd(wrong, bad);
-}
 
 unsigned long long wrong_words(const unsigned* x, std::size_t n, unsigned pattern) {
   unsigned long long* counter = nullptr;
