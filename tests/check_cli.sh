@@ -96,6 +96,8 @@ expect 0 "out of memory: 5 events" "$cli" inspect "$dir/oom.json"
 expect 0 "event [0-9]+: request 1.53 GiB failed, device free 0 B, live 11.13 GiB, reserved 12.00 GiB" \
   "$cli" inspect "$dir/oom.json"
 expect 0 "event 3: request 2.00 GiB failed, device free 300.00 MiB" "$cli" inspect "$data/viewer_cut_trace.json"
+expect 0 "device 0: 1 segment$" "$cli" inspect "$data/viewer_cut_trace.json"
+expect 0 "out of memory: 1 event$" "$cli" inspect "$data/viewer_cut_trace.json"
 expect 0 '"ooms": \[\]' "$cli" inspect --json "$dir/whole.json"
 
 # --help on every subcommand: the usage on stdout, exit 0; `cudalloc --help` lists them all.
@@ -136,9 +138,17 @@ printf 'not a trace' > "$dir/garbage"
 expect 2 "not a JSON snapshot" "$cli" replay "$dir/garbage"
 expect 2 "cannot open" "$cli" replay "$dir/missing.json"
 expect 2 "usage" "$cli" replay
-expect 2 "usage" "$cli" replay --capacity lots "$trace"
+expect 2 "replay: --capacity 'lots': expected a size" "$cli" replay --capacity lots "$trace"
+expect 2 "replay: --policy 'pytroch': expected cudalloc, pytorch or both" "$cli" replay --policy pytroch "$trace"
+expect 2 "replay: --snapshot with 2 traces: expected one trace" "$cli" replay --snapshot "$dir/two.json" "$trace" "$trace"
+expect 2 "inspect: --top 'x': expected a whole number" "$cli" inspect "$dir/s.json" --top x
+expect 2 "inspect: --top '-3': expected a whole number" "$cli" inspect "$dir/s.json" --top -3
+expect 2 "inspect: --width '0': expected a whole number from 8 to 400" "$cli" inspect "$dir/s.json" --width 0
+expect 0 "device 0" "$cli" inspect "$dir/s.json" --top 0 --width 8
+expect 2 "diff: --top '3x': expected a whole number" "$cli" diff "$dir/s.json" "$dir/s.json" --top 3x
 expect 2 "no segments|neither JSON" "$cli" inspect "$dir/garbage"
-expect 2 "usage" "$cli" convert "$dir/s.json" -o "$dir/out.txt"
+expect 2 "convert: -o '.*out.txt': expected a name ending in .pickle" "$cli" convert "$dir/s.json" -o "$dir/out.txt"
+expect 2 "usage" "$cli" convert "$dir/s.json"
 expect 2 "malformed JSON at byte" "$cli" view "$dir/truncated.json"
 expect 2 "truncated|corrupt|malformed" "$cli" view "$dir/truncated.json.gz"
 expect 2 "neither JSON nor a pickle" "$cli" view "$dir/garbage"

@@ -56,7 +56,11 @@ int convert_command(const Args& args) {
   }
   const bool to_pickle = ends_with(out, ".pickle") || ends_with(out, ".pkl");
   const bool to_json = ends_with(out, ".json") || ends_with(out, ".json.gz");
-  if (in.empty() || !(to_pickle || to_json)) return usage_error(kUsage);
+  if (in.empty() || out.empty()) return usage_error(kUsage);
+  if (!(to_pickle || to_json)) {
+    return argument_error("convert", "-o '" + out + "'",
+                          "a name ending in .pickle, .pkl, .json or .json.gz");
+  }
   nlohmann::json doc;
   std::string error;
   if (!snapshot::read_snapshot(in, &doc, &error)) {

@@ -87,15 +87,17 @@ void print_text(const json& diff, std::size_t top) {
   }
 }
 
+// False on a missing or unknown argument; a wrong value sets *bad to its argument_error.
 bool parse_args(const Args& args, std::vector<std::string>* paths, bool* as_json,
-                std::size_t* top) {
+                std::size_t* top, int* bad) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--json") {
       *as_json = true;
     } else if (args[i] == "--top" && i + 1 < args.size()) {
-      const int n = std::atoi(args[++i].c_str());
-      if (n < 0) return false;
-      *top = std::size_t(n);
+      if (!parse_count(args[++i], 0, 1000000, top)) {
+        *bad = argument_error("diff", "--top '" + args[i] + "'", "a whole number from 0 to 1000000");
+        return false;
+      }
     } else if (!args[i].empty() && args[i][0] != '-' && paths->size() < 2) {
       paths->push_back(args[i]);
     } else {
@@ -112,7 +114,8 @@ int diff_command(const Args& args) {
   std::vector<std::string> paths;
   bool as_json = false;
   std::size_t top = 10;
-  if (!parse_args(args, &paths, &as_json, &top)) return usage_error(kUsage);
+  int bad = 0;
+  if (!parse_args(args, &paths, &as_json, &top, &bad)) return bad != 0 ? bad : usage_error(kUsage);
   snapshot::LoadedSnapshot snaps[2];
   for (int i = 0; i < 2; ++i) {
     std::string error;

@@ -77,6 +77,11 @@ void add_trace_facts(const snapshot::LoadedSnapshot& snap, std::map<int, DeviceS
   }
 }
 
+// "1 segment", "2 segments".
+std::string count_of(std::uint64_t n, const char* noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 void print_trace_facts(const DeviceSummary& d) {
   const auto fb = [](std::uint64_t v) { return format_bytes(v); };
   if (d.peaks.known()) {
@@ -86,11 +91,11 @@ void print_trace_facts(const DeviceSummary& d) {
                 d.peaks.source.c_str());
   }
   if (d.trace.kept > 0) {
-    std::printf("  trace: %llu events%s%s\n", static_cast<unsigned long long>(d.trace.kept),
+    std::printf("  trace: %s%s%s\n", count_of(d.trace.kept, "event").c_str(),
                 d.trace.complete() ? "" : "; ", view::trace_note(d.trace).c_str());
   }
   if (d.ooms.empty()) return;
-  std::printf("  out of memory: %zu events\n", d.ooms.size());
+  std::printf("  out of memory: %s\n", count_of(d.ooms.size(), "event").c_str());
   for (const view::OomMarker& o : d.ooms) {
     std::printf("    event %llu: request %s failed, device free %s, live %s, reserved %s\n",
                 static_cast<unsigned long long>(o.event), fb(o.size).c_str(),
@@ -127,10 +132,10 @@ std::string segment_map(const json& seg, int width) {
 void print_device(int device, const DeviceSummary& d, std::uint64_t size, std::size_t top,
                   int width) {
   const auto fb = [](std::uint64_t v) { return format_bytes(v); };
-  std::printf("device %d: %zu segments\n", device, d.segments.size());
-  std::printf("  reserved   %12s\n  allocated  %12s  (%llu allocations, %s requested)\n",
+  std::printf("device %d: %s\n", device, count_of(d.segments.size(), "segment").c_str());
+  std::printf("  reserved   %12s\n  allocated  %12s  (%s, %s requested)\n",
               fb(d.reserved).c_str(), fb(d.allocated).c_str(),
-              static_cast<unsigned long long>(d.allocations), fb(d.requested).c_str());
+              count_of(d.allocations, "allocation").c_str(), fb(d.requested).c_str());
   if (d.host != 0) std::printf("  host tier  %12s  (host memory, not in reserved)\n", fb(d.host).c_str());
   const std::uint64_t held = d.reserved + d.host;
   std::printf("  active     %12s\n  cached     %12s  (reserved%s - active)\n", fb(d.active).c_str(),
@@ -205,6 +210,8 @@ constexpr const char* kUsage =
     "  --json: the figures as a JSON list, one object per device\n"
     CUDALLOC_INPUT_OPTIONS_USAGE;
 
+constexpr std::size_t kMaxTop = 1000000;
+
 }  // namespace
 
 int inspect_command(const Args& args) {
@@ -220,9 +227,15 @@ int inspect_command(const Args& args) {
     } else if (args[i] == "--size" && has_value && parse_bytes(args[i + 1], &size) && size > 0) {
       ++i;
     } else if (args[i] == "--top" && has_value) {
-      top = std::size_t(std::max(0, std::atoi(args[++i].c_str())));
+      if (!parse_count(args[++i], 0, kMaxTop, &top)) {
+        return argument_error("inspect", "--top '" + args[i] + "'", "a whole number from 0 to 1000000");
+      }
     } else if (args[i] == "--width" && has_value) {
-      width = std::clamp(std::atoi(args[++i].c_str()), 8, 400);
+      std::size_t w = 0;
+      if (!parse_count(args[++i], 8, 400, &w)) {
+        return argument_error("inspect", "--width '" + args[i] + "'", "a whole number from 8 to 400");
+      }
+      width = static_cast<int>(w);
     } else if (path.empty() && !args[i].empty() && args[i][0] != '-') {
       path = args[i];
     } else {

@@ -53,7 +53,8 @@ constexpr const char* kUsage =
     "                       never on stdout)\n"
     CUDALLOC_INPUT_OPTIONS_USAGE;
 
-bool parse_args(const Args& args, ReplayArgs* r) {
+// False on a missing or unknown argument; a wrong value sets *bad to its argument_error.
+bool parse_args(const Args& args, ReplayArgs* r, int* bad) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const bool has_value = i + 1 < args.size();
@@ -73,18 +74,30 @@ bool parse_args(const Args& args, ReplayArgs* r) {
       r->conf = args[++i];
     } else if (a == "--capacity" && has_value) {
       std::size_t bytes = 0;
-      if (!parse_bytes(args[++i], &bytes) || bytes == 0) return false;
+      if (!parse_bytes(args[++i], &bytes) || bytes == 0) {
+        *bad = argument_error("replay", "--capacity '" + args[i] + "'",
+                              "a size above 0 such as 80G or 512M");
+        return false;
+      }
       r->capacity = bytes;
     } else if (a == "--policy" && has_value) {
       r->policy = args[++i];
-      if (r->policy != "cudalloc" && r->policy != "pytorch" && r->policy != "both") return false;
+      if (r->policy != "cudalloc" && r->policy != "pytorch" && r->policy != "both") {
+        *bad = argument_error("replay", "--policy '" + r->policy + "'", "cudalloc, pytorch or both");
+        return false;
+      }
     } else if (!a.empty() && a[0] == '-') {
       return false;
     } else {
       r->traces.push_back(a);
     }
   }
-  return !r->traces.empty() && (r->snapshot.empty() || r->traces.size() == 1);
+  if (!r->snapshot.empty() && r->traces.size() > 1) {
+    *bad = argument_error("replay", "--snapshot with " + std::to_string(r->traces.size()) +
+                                        " traces", "one trace (the snapshot is of its end state)");
+    return false;
+  }
+  return !r->traces.empty();
 }
 
 json policy_json(const replay::PolicyResult& p, std::uint64_t peak_live) {
@@ -281,7 +294,8 @@ void print_table_row(const json& r) {
 int replay_command(const Args& args) {
   if (asks_for_help(args)) return print_help(kUsage);
   ReplayArgs r;
-  if (!parse_args(args, &r)) return usage_error(kUsage);
+  int bad = 0;
+  if (!parse_args(args, &r, &bad)) return bad != 0 ? bad : usage_error(kUsage);
   const Progress progress("replay", r.progress);
   Settings settings;
   for (const std::string& w : parse_conf(r.conf, &settings)) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <string>
 
 #include "cli/commands.h"
 #include "snapshot/input_file.h"
@@ -24,6 +25,29 @@ inline int print_help(const char* usage) {
 inline int usage_error(const char* usage) {
   std::fputs(usage, stderr);
   return 2;
+}
+
+// A bad value: one line naming the argument as given and what was expected, then exit 2.
+// (The usage is printed for a missing or unknown argument, this for a wrong one.)
+inline int argument_error(const char* command, const std::string& argument,
+                          const std::string& expected) {
+  std::fprintf(stderr, "cudalloc %s: %s: expected %s\n", command, argument.c_str(),
+               expected.c_str());
+  return 2;
+}
+
+// A whole decimal number from lo to hi; false for anything else ("x", "3x", "-3", "").
+inline bool parse_count(const std::string& text, std::size_t lo, std::size_t hi,
+                        std::size_t* out) {
+  if (text.empty() || text.size() > 12) return false;
+  std::size_t value = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + static_cast<std::size_t>(c - '0');
+  }
+  if (value < lo || value > hi) return false;
+  *out = value;
+  return true;
 }
 
 // The options of every command that reads traces or snapshots, for its usage text. main()
