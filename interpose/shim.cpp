@@ -53,13 +53,13 @@ bool Inside::active() { return t_inside; }
 // statically into the program (nvcc's default) creates streams out of sight: then
 // device-ordered frees wait for a device synchronization (core/deferred_frees.h). Decided at
 // the first allocator call, when a runtime the program loads with dlopen is there too.
-// Set once a CUDA runtime linked into some object shows itself (runtime_lookup_from).
+// Set once a CUDA runtime linked into some object shows itself (runtime_lookup_from), for
+// its one log line; the switch itself is DeferredFrees' process-wide flag.
 std::atomic<bool> g_hidden_runtime{false};
 
 StreamVisibility stream_visibility() {
-  return real_runtime("cudaStreamCreate") != nullptr && !g_hidden_runtime.load()
-             ? StreamVisibility::all_seen
-             : StreamVisibility::unseen_possible;
+  return real_runtime("cudaStreamCreate") != nullptr ? StreamVisibility::all_seen
+                                                     : StreamVisibility::unseen_possible;
 }
 
 // Libraries that carry a runtime but whose streams cannot hold work on memory a program

@@ -181,10 +181,6 @@ std::size_t DeviceAllocator::largest_free_block() const {
   return std::max(plain, std::min(paged_block, idle));
 }
 
-}  // namespace cudalloc
-
-namespace cudalloc {
-
 Error DeviceAllocator::checkpoint_private_pool(PoolId id, std::vector<PoolAllocation>* out) const {
   return metadata_guard("checkpoint_private_pool", ordinal_, [&] {
     std::lock_guard lock(lock_);

@@ -15,8 +15,6 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +25,7 @@
 #include <string>
 
 #include "capi/fork_while_allocating.h"
+#include "capi/pidfd_probe.h"
 
 namespace {
 
@@ -384,21 +383,10 @@ void hidden_runtime() {
   cudaFree(r);
 }
 
-// Whether this kernel lets a process take over its own descriptors (pidfd_getfd).
-bool pidfd_available() {
-  const int probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  const long pidfd = syscall(434 /* pidfd_open */, getpid(), 0);
-  const long fd = pidfd >= 0 && probe >= 0 ? syscall(438 /* pidfd_getfd */, pidfd, probe, 0) : -1;
-  for (long open_fd : {static_cast<long>(probe), pidfd, fd}) {
-    if (open_fd >= 0) close(static_cast<int>(open_fd));
-  }
-  return fd >= 0;
-}
-
 // CUDA IPC of cudalloc's paged memory, exported and opened in this one process (what the
 // simulated device can share): the runtime's and the driver's doors.
 int ipc_paths() {
-  if (!pidfd_available()) {
+  if (!cudalloc::testing::pidfd_available()) {
     std::printf("SKIP: pidfd_getfd is not available\n");
     return 77;
   }

@@ -2,12 +2,12 @@
 // descriptors (DeviceAllocator::share_pages) and opened again (ImportedPages), within one
 // process, which is what the fake device can simulate (pidfd_getfd on this process).
 #include <fcntl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <vector>
 
+#include "../capi/pidfd_probe.h"
 #include "harness.h"
 
 using namespace cudalloc;
@@ -15,17 +15,7 @@ using namespace cudalloc::test;
 
 namespace {
 
-// Whether this kernel lets a process take over its own descriptors (pidfd_getfd, Linux 5.6);
-// where it does not, opening shared pages cannot work and says so.
-bool pidfd_available() {
-  const int probe = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  const long pidfd = ::syscall(434 /* pidfd_open */, ::getpid(), 0);
-  const long fd = pidfd >= 0 && probe >= 0 ? ::syscall(438 /* pidfd_getfd */, pidfd, probe, 0) : -1;
-  for (long open_fd : {static_cast<long>(probe), pidfd, fd}) {
-    if (open_fd >= 0) ::close(static_cast<int>(open_fd));
-  }
-  return fd >= 0;
-}
+using cudalloc::testing::pidfd_available;
 
 struct Shared {
   std::size_t page_size = 0, offset = 0, count = 0;
