@@ -37,7 +37,7 @@ Error BlockPool::allocate(StreamPool& pool, const Request& request, BlockUse use
   split(pool, block, rounded);
   Segment& seg = *block->segment;
   if (seg.pinned_host()) ledger_.host_in_use(block->size);
-  if (seg.paged()) {
+  if (seg.paged() && !seg.held) {
     if (const Error err = mapper_->use(seg, block->addr, block->size, request); err != Error::ok) {
       merge_free(block);
       return err;
@@ -109,7 +109,10 @@ std::size_t BlockPool::segment_size_for(std::size_t size, BlockUse use) const {
 Error BlockPool::new_segment(StreamPool& pool, std::size_t size, const Request& request,
                              BlockUse use, Block** out) {
   if (request.tier == Tier::host_segments) return new_host_segment(pool, size, out);
-  // Private pools keep plain segments only: their physical memory never moves.
+  // Private pools keep memory that never moves: plain segments, or held ones for a region.
+  if (mapper_ != nullptr && pool.region != kNoRegion) {
+    return new_held_segment(pool, size, request, out);
+  }
   if (mapper_ != nullptr && !pool.is_private()) return new_paged_segment(pool, size, request, out);
   return new_plain_segment(pool, size, use, out);
 }
@@ -150,6 +153,34 @@ Error BlockPool::new_paged_segment(StreamPool& pool, std::size_t size, const Req
   // spill is set before split() puts the rest in the spill bins.
   Segment* seg = add_segment(pool, va, bytes, Segment::Kind::paged, request.spilling());
   mapper_->init_pages(*seg);
+  *out = seg->first;
+  return Error::ok;
+}
+
+Error BlockPool::new_held_segment(StreamPool& pool, std::size_t size, const Request& request,
+                                  Block** out) {
+  const std::size_t bytes =
+      round_up(segment_size_for(size, BlockUse::allocation), mapper_->page_size());
+  std::uintptr_t va = 0;
+  const auto status = device_.reserve(ordinal_, bytes, &va);
+  if (status != device::Status::ok) {
+    const Error err =
+        status == device::Status::out_of_memory ? Error::out_of_memory : Error::device_error;
+    return fail(err, "device %d: reserving %s of address space failed: %s %s", ordinal_,
+                format_bytes(bytes).c_str(), device::status_name(status),
+                device_.last_failure());
+  }
+  Segment* seg = add_segment(pool, va, bytes, Segment::Kind::paged, false);
+  mapper_->init_pages(*seg);
+  seg->held = true;
+  // The hold: every page gets its one user now, mapped and accessible until pause or release.
+  if (const Error err = mapper_->use(*seg, va, bytes, request); err != Error::ok) {
+    pool.segments.pop_back();
+    recycle_block(seg->first);
+    delete seg;
+    device_.unreserve(va, bytes);
+    return err;
+  }
   *out = seg->first;
   return Error::ok;
 }
@@ -206,7 +237,7 @@ void BlockPool::split(StreamPool& pool, Block* block, std::size_t size) {
 Error BlockPool::allocate_at(Segment& seg, std::uintptr_t addr, std::size_t size, Block** out) {
   Block* block = seg.first;
   while (block != nullptr && block->addr + block->size <= addr) block = block->next;
-  if (seg.kind != Segment::Kind::plain || block == nullptr ||
+  if ((seg.kind != Segment::Kind::plain && !seg.held) || block == nullptr ||
       block->state != Block::State::free || block->addr > addr ||
       block->addr + block->size < addr + size || size % kBlockRound != 0 ||
       (addr - block->addr) % kBlockRound != 0) {
@@ -229,7 +260,7 @@ Error BlockPool::allocate_at(Segment& seg, std::uintptr_t addr, std::size_t size
 
 void BlockPool::free(Block* block) {
   Segment& seg = *block->segment;
-  if (seg.paged()) mapper_->unuse(seg, block->addr, block->size);
+  if (seg.paged() && !seg.held) mapper_->unuse(seg, block->addr, block->size);
   if (seg.pinned_host()) ledger_.host_unused(block->size);
   block->state = Block::State::free;
   block->requested = 0;
@@ -325,6 +356,12 @@ void BlockPool::release_free_ranges(StreamPool* only) {
     mapper_->forget_pool(*pool);
     pools_.erase(*pool);
   }
+}
+
+void BlockPool::drop_segment(StreamPool& pool, Segment* seg) {
+  pool.segments.erase(std::find(pool.segments.begin(), pool.segments.end(), seg));
+  mapper_->drop(*seg);
+  delete_segment(pool, seg);
 }
 
 void BlockPool::drop_everything() {

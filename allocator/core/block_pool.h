@@ -8,7 +8,8 @@
 //      to wait on it;
 //   3. a new segment within the budget: plain (device malloc), paged (a virtual range whose
 //      pages page_mapper.h maps under blocks in use) or, for a spilled request without host
-//      pages, pinned host memory. Private pools (private_pools.h) always get plain ones.
+//      pages, pinned host memory. Private pools (private_pools.h) get plain ones, or, for a
+//      region in paged mode, held ones (regions.h).
 // Spilled requests (Request::tier) only use spill segments, whose free blocks sit in their
 // own bins, and only they do. Not thread-safe: the device allocator's lock guards it.
 #pragma once
@@ -57,6 +58,9 @@ class BlockPool {
   // back. The caller guarantees that no queued work of those pools' streams is left (a device
   // synchronization, or a wait for the one stream).
   void release_free_ranges(StreamPool* only = nullptr);
+  // Forgets the wholly free paged segment `seg` of `pool`, whose pages are all unmapped, and
+  // returns its address range.
+  void drop_segment(StreamPool& pool, Segment* seg);
   // Returns every segment to the driver and forgets all blocks (reset, destructor).
   void drop_everything();
 
@@ -68,6 +72,10 @@ class BlockPool {
   Error new_plain_segment(StreamPool& pool, std::size_t size, BlockUse use, Block** out);
   Error new_paged_segment(StreamPool& pool, std::size_t size, const Request& request,
                           Block** out);
+  // A held segment of a region's pool (regions.h): a range of the segment size, every page
+  // mapped at once.
+  Error new_held_segment(StreamPool& pool, std::size_t size, const Request& request,
+                         Block** out);
   Error new_host_segment(StreamPool& pool, std::size_t size, Block** out);
   std::size_t segment_size_for(std::size_t size, BlockUse use) const;
   // A new segment record over [base, base + bytes) in `pool`, one free block covering it.

@@ -77,6 +77,11 @@ class DeferredFrees {
   // record_stream: the live allocation `entry` is used by work on `stream` too.
   void note_use(LiveEntry& entry, StreamHandle stream);
   bool has_stream_uses(std::uintptr_t addr) const { return stream_uses_.count(addr) == 1; }
+  // The streams record_stream named for the live allocation at `addr`, or nullptr.
+  const std::vector<StreamHandle>* uses_of(std::uintptr_t addr) const {
+    auto it = stream_uses_.find(addr);
+    return it == stream_uses_.end() ? nullptr : &it->second;
+  }
   // Drops the record_stream uses of `addr` (a free that needs no wait: the caller knows the
   // work is done).
   void forget_uses(std::uintptr_t addr) { stream_uses_.erase(addr); }

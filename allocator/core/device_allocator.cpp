@@ -56,6 +56,7 @@ void DeviceAllocator::drop_everything() {
   sync_.destroy_idle_events();
   created_streams_.clear();
   private_.clear();
+  regions_.clear();
   live_ = LiveMap();
 }
 
@@ -91,6 +92,7 @@ Error DeviceAllocator::allocate(std::size_t size, StreamHandle stream, void** pt
     std::uintptr_t addr = 0;
     Owner owner;
     const auto device_allocs_before = ledger_.stats().device_allocs.total;
+    if (pool == kSharedPool && RegionTags::current() != kNoRegion) pool = route_to_region(pool);
     const Error err = pool == kSharedPool ? allocate_locked(size, stream, &addr, &owner)
                                           : allocate_private(size, stream, pool, &addr, &owner);
     if (err != Error::ok) return err;
@@ -270,6 +272,7 @@ Error DeviceAllocator::empty_cache() {
   return metadata_guard("empty_cache", ordinal_, [&] {
     std::lock_guard lock(lock_);
     release_cached_memory();
+    if (paged()) release_held_segments();
     if (paged() && mapper_.release_cached()) blocks_.release_free_ranges();
     if (settings_.validate) check_after_operation("empty_cache");
     return Error::ok;
@@ -352,7 +355,21 @@ Error DeviceAllocator::memory_info(std::size_t* free_bytes, std::size_t* total_b
   std::lock_guard lock(lock_);
   const Stats& s = ledger_.stats();
   const auto active = static_cast<std::size_t>(s.active_bytes.current);
-  const auto cached = static_cast<std::size_t>(s.cached_bytes.current);
+  // Only the shared pools' device cache serves a program's requests: not idle host-tier
+  // memory, not the free blocks of private pools and regions (whose segments serve only
+  // them, and which lie on host pages or on none while a region is paused).
+  const std::int64_t host_idle = s.host_reserved_bytes.current - s.host_active_bytes.current;
+  std::int64_t private_free = 0;
+  pools_.for_each([&](const StreamPool& pool) {
+    if (!pool.is_private()) return;
+    for (const Segment* seg : pool.segments) {
+      for (const Block* b = seg->first; b != nullptr; b = b->next) {
+        if (b->state == Block::State::free) private_free += static_cast<std::int64_t>(b->size);
+      }
+    }
+  });
+  const auto cached = static_cast<std::size_t>(std::max<std::int64_t>(
+      0, s.cached_bytes.current - std::max<std::int64_t>(0, host_idle) - private_free));
   std::size_t free = device_free + cached;
   std::size_t total = device_total;
   if (const std::size_t cap = budget_.reserve_cap(); cap != 0 && cap < total) {
@@ -380,6 +397,10 @@ Error DeviceAllocator::move(void* ptr, Location to, StreamHandle stream) {
     std::lock_guard lock(lock_);
     AllocationSpan span;
     if (const Error err = span_of(ptr, &span); err != Error::ok) return err;
+    if (span.segment->paused) {
+      return fail(Error::invalid_value, "device %d: %p is in a paused region: resume it first",
+                  ordinal_, ptr);
+    }
     const Error err = migrator_.move(span, to, stream);
     if (settings_.validate) check_after_operation(to == Location::host ? "offload" : "prefetch");
     return err;

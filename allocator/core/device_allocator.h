@@ -40,6 +40,7 @@
 #include "core/imported_pages.h"
 #include "core/physical_pages.h"
 #include "core/private_pools.h"
+#include "core/regions.h"
 #include "core/request.h"
 #include "core/settings.h"
 #include "core/size_classes.h"
@@ -169,6 +170,18 @@ class DeviceAllocator final : private FreeCompletion {
   bool owns_shared_pages(const void* base) const {
     return imported_.owns(reinterpret_cast<std::uintptr_t>(base));
   }
+  // Regions (regions.h; regions.cpp): sleep and wake by tag. pause waits for the region's
+  // work (its streams when `streams_known`, else the device), then moves its pages to host
+  // pages (keep) or drops them, returning its device memory to the driver; resume maps device
+  // memory at the same addresses and restores the bytes (zeroes dropped ones). A region this
+  // device never saw is ok and nothing happens.
+  Error pause_region(RegionId id, bool keep, bool streams_known);
+  Error resume_region(RegionId id);
+  // Bytes of the region's segments on the device and on the host (0, 0 when unknown here).
+  void region_residency(RegionId id, std::size_t* device_bytes, std::size_t* host_bytes) const;
+  bool knows_region(RegionId id) const;
+  bool region_paused(RegionId id) const;
+
   // The largest free block of the shared pools that a request could get without new device
   // memory (in paged mode bounded by the idle physical pages that could back it).
   std::size_t largest_free_block() const;
@@ -198,6 +211,20 @@ class DeviceAllocator final : private FreeCompletion {
   // The plain segment of private pool `id` that holds [addr, addr + size), or nullptr.
   Segment* private_segment_of(PoolId id, std::uintptr_t addr, std::size_t size) const;
   void forget_if_empty(PoolId id);
+  // Regions (regions.cpp). A new private pool `id` belongs to the calling thread's current
+  // region, if any; route_to_region gives a request of the shared pools the current
+  // region's own pool instead.
+  void tag_new_pool(PoolId id);
+  PoolId route_to_region(PoolId pool);
+  std::vector<Segment*> region_segments(RegionId id) const;
+  Error wait_for_region(RegionId id, bool streams_known);
+  Error keep_on_host(const std::vector<Segment*>& segments);
+  Error drop_pages(Segment& seg);
+  Error rehold_dropped(Segment& seg, bool* zeroed);
+  Error restore_pages(const std::vector<Segment*>& segments);
+  // empty_cache: wholly free held segments of regions' own pools (not paused) and of
+  // released pools go back to the driver.
+  void release_held_segments();
   // Whether the device-ordered frees waiting are worth a device synchronization now.
   bool fence_due() const;
   // Serves a request that found no device room from the host tier.
@@ -235,6 +262,7 @@ class DeviceAllocator final : private FreeCompletion {
   Migrator migrator_;
   DeferredFrees deferred_;
   PrivatePools private_;
+  Regions regions_;
   std::vector<StreamHandle> created_streams_;
 };
 

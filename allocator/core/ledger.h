@@ -3,7 +3,8 @@
 // Components report domain events (memory reserved or released, handed out, freed, completed,
 // pages mapped or unmapped); the ledger updates the stats (stats_fields.h) and records the
 // trace (trace.h) together, so that every invariant between the gauges holds by construction:
-//   cached = reserved + host_reserved - active
+//   cached = reserved + host_reserved + dropped - active
+// (dropped: bytes of paused regions with no memory behind them, regions.h)
 // (validate.cpp checks it and every gauge against the structures). Nothing else writes stats.
 #pragma once
 
@@ -83,6 +84,16 @@ class Ledger {
   void spill() { stats_.spills.count(); }
   void fence() { stats_.fences.count(); }
   void pages_moved(device::Location to, std::size_t pages);
+  // A paused region's page under live allocations lost its memory (dropped), or got new
+  // memory at resume: cached bytes do not change (what is cached is what serves requests).
+  void page_dropped(std::size_t bytes) {
+    stats_.dropped_bytes.increase(signed_(bytes));
+    stats_.cached_bytes.increase(signed_(bytes));
+  }
+  void page_restored(std::size_t bytes) {
+    stats_.dropped_bytes.decrease(signed_(bytes));
+    stats_.cached_bytes.decrease(signed_(bytes));
+  }
 
   bool tracing() const { return trace_.enabled(); }
 

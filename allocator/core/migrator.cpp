@@ -12,8 +12,9 @@ namespace {
 
 bool on(const PhysicalPage& phys, Location where) { return phys.host == (where == Location::host); }
 
-// The end of the run of pages with consecutive addresses that starts at `first`.
-std::size_t run_end(const std::vector<Page*>& pages, std::size_t first) {
+}  // namespace
+
+std::size_t Migrator::run_end(const std::vector<Page*>& pages, std::size_t first) {
   std::size_t end = first + 1;
   while (end < pages.size() && pages[end]->segment == pages[first]->segment &&
          pages[end] - pages[first] == static_cast<std::ptrdiff_t>(end - first)) {
@@ -21,8 +22,6 @@ std::size_t run_end(const std::vector<Page*>& pages, std::size_t first) {
   }
   return end;
 }
-
-}  // namespace
 
 Error Migrator::move(const AllocationSpan& span, Location to, StreamHandle stream) {
   const Segment& seg = *span.segment;
@@ -49,7 +48,7 @@ Error Migrator::move(const AllocationSpan& span, Location to, StreamHandle strea
 }
 
 Error Migrator::move_pages(std::vector<Page*> pages, Location to, StreamHandle stream,
-                           Extent extent) {
+                           Extent extent, std::vector<PhysicalPage*>* vacated) {
   std::erase_if(pages, [&](const Page* p) { return on(*p->phys, to); });
   if (pages.empty()) return Error::ok;
   const StreamHandle own = pages.front()->segment->pool->stream;
@@ -58,7 +57,9 @@ Error Migrator::move_pages(std::vector<Page*> pages, Location to, StreamHandle s
     const std::size_t end = std::min(pages.size(), at + Staging::kStagingPages);
     const std::vector<Page*> batch(pages.begin() + static_cast<std::ptrdiff_t>(at),
                                    pages.begin() + static_cast<std::ptrdiff_t>(end));
-    if (const Error err = move_batch(batch, to, stream, extent); err != Error::ok) return err;
+    if (const Error err = move_batch(batch, to, stream, extent, vacated); err != Error::ok) {
+      return err;
+    }
   }
   return Error::ok;
 }
@@ -94,7 +95,7 @@ Error Migrator::acquire_targets(std::size_t count, Location to, Extent extent,
 }
 
 Error Migrator::move_batch(std::vector<Page*> pages, Location to, StreamHandle stream,
-                          Extent extent) {
+                          Extent extent, std::vector<PhysicalPage*>* vacated) {
   // 1. New backing (with what_fits perhaps for the first pages only: the rest stay).
   std::vector<PhysicalPage*> fresh;
   if (const Error err = acquire_targets(pages.size(), to, extent, fresh); err != Error::ok) {
@@ -110,6 +111,8 @@ Error Migrator::move_batch(std::vector<Page*> pages, Location to, StreamHandle s
   if (err == Error::ok) err = copy_pages(pages, targets, stream);
   if (err == Error::ok) err = sync_.wait_for(stream);
   // 4. Swap the backing, run by run.
+  std::vector<PhysicalPage*> before(pages.size());
+  for (std::size_t k = 0; k < pages.size(); ++k) before[k] = pages[k]->phys;
   for (std::size_t k = 0; err == Error::ok && k < pages.size();) {
     const std::size_t end = run_end(pages, k);
     err = swap_run(pages, fresh, k, end, done);
@@ -120,6 +123,7 @@ Error Migrator::move_batch(std::vector<Page*> pages, Location to, StreamHandle s
   for (std::size_t k = 0; k < fresh.size(); ++k) {
     if (done[k]) {
       ++moved;
+      if (vacated != nullptr) vacated->push_back(before[k]);
     } else {
       physical_.make_idle(*fresh[k]);
     }
@@ -135,15 +139,7 @@ Error Migrator::prepare_targets(const std::vector<PhysicalPage*>& fresh, StreamH
                                 std::vector<std::uintptr_t>& targets, std::size_t* staged) {
   // A new page may have been used by another stream until recently (an idle page): the copy
   // into it comes after that work.
-  std::vector<StreamHandle> ordered;
-  for (PhysicalPage* phys : fresh) {
-    if (phys->last_pool == nullptr || phys->last_pool->stream == stream) continue;
-    if (std::find(ordered.begin(), ordered.end(), phys->last_pool->stream) != ordered.end()) {
-      continue;
-    }
-    ordered.push_back(phys->last_pool->stream);
-    sync_.order_after(phys->last_pool->stream, stream);
-  }
+  order_after_last_users(fresh, stream);
   // Where each is written: a host page's home mapping, a mapping an idle device page keeps at
   // an address nobody uses, or else a staging slot.
   std::vector<PhysicalPage*> to_stage;
@@ -254,7 +250,8 @@ Error Migrator::promote() {
   Error result = Error::ok;
   pools_.for_each([&](StreamPool& pool) {
     for (Segment* seg : pool.segments) {
-      if (result != Error::ok || !seg->paged() || seg->mapped_pages == 0) continue;
+      // A paused region's pages stay where pause put them.
+      if (result != Error::ok || !seg->paged() || seg->mapped_pages == 0 || seg->paused) continue;
       std::vector<Page*> pages;
       for (Page& page : seg->pages) {
         if (page.users > 0 && page.phys->host) pages.push_back(&page);

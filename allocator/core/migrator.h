@@ -54,6 +54,14 @@ class Migrator {
   // Moves the pages of the allocation to `to`, the copy ordered on `stream` (see above).
   // not_supported outside paged segments.
   Error move(const AllocationSpan& span, device::Location to, StreamHandle stream);
+  // Moves every page of the held segments of a region being paused or resumed (regions.h) to
+  // `to`, all or nothing per run of pages; the physical pages they left (idle now) are
+  // appended to *vacated. The caller has waited for every use of the segments and guarantees
+  // none during the call, which lets the copies of some segments run while others are
+  // remapped (bulk_move.cpp), and pages moving to the device be remapped before their copy
+  // (from the host pages' homes), without staging. Same guarantee on failure as move().
+  Error move_segments(const std::vector<Segment*>& segments, device::Location to,
+                      StreamHandle stream, std::vector<PhysicalPage*>* vacated);
   // Moves every host page in use back to device memory while the budget has room; ok also
   // when some stay on the host.
   Error promote();
@@ -66,11 +74,42 @@ class Migrator {
   // Whether a move may stop short: a promotion moves what fits, an explicit move all or
   // nothing of each batch.
   enum class Extent { all, what_fits };
+  // Bulk moves (bulk_move.cpp): one segment's pages, their new and old physical pages, the
+  // event after its copies; plain: it takes move_pages instead (a host page without a home).
+  struct SegmentMove {
+    std::vector<Page*> pages;
+    std::vector<PhysicalPage*> fresh;
+    std::vector<PhysicalPage*> old;
+    std::size_t remapped = 0;  // to the device: pages [0, remapped) map their fresh page
+    StreamSync::Event copied;
+    bool plain = false;
+  };
+  Error queue_copies_to_host(SegmentMove& m, StreamHandle stream);
+  Error remap_to_device(SegmentMove& m, StreamHandle stream);
+  Error finish_move(SegmentMove& m, device::Location to, StreamHandle stream,
+                    std::vector<PhysicalPage*>* vacated);
+  // `page` now owns `fresh`; `old` is idle.
+  void take_over(Page& page, PhysicalPage& old, PhysicalPage& fresh,
+                 std::vector<PhysicalPage*>* vacated);
+  // pages[first, last) (consecutive addresses of one segment) map fresh[k] instead of
+  // old[k], with access; owners do not change. On failure they are back on old[k].
+  Error remap_run(const std::vector<Page*>& pages, const std::vector<PhysicalPage*>& fresh,
+                  const std::vector<PhysicalPage*>& old, std::size_t first, std::size_t last);
+  // Puts pages[first, last) back on old[k] (which holds the bytes) from whatever maps them.
+  Error restore_run(const std::vector<Page*>& pages, const std::vector<PhysicalPage*>& old,
+                    std::size_t first, std::size_t last);
+  // The end of the run of pages with consecutive addresses (one segment) from `first`.
+  static std::size_t run_end(const std::vector<Page*>& pages, std::size_t first);
+  // Makes `stream` wait for the last users of new physical pages (idle pages of others).
+  void order_after_last_users(const std::vector<PhysicalPage*>& fresh, StreamHandle stream);
+  // Queues dst[k] <- src[k] (a page each), one copy per run consecutive on both sides.
+  Error copy_runs(const std::vector<std::uintptr_t>& dst, const std::vector<std::uintptr_t>& src,
+                  StreamHandle stream);
   // Moves the pages (all with users, of one segment) whose location differs from `to`.
   Error move_pages(std::vector<Page*> pages, device::Location to, StreamHandle stream,
-                   Extent extent = Extent::all);
+                   Extent extent = Extent::all, std::vector<PhysicalPage*>* vacated = nullptr);
   Error move_batch(std::vector<Page*> pages, device::Location to, StreamHandle stream,
-                   Extent extent);
+                   Extent extent, std::vector<PhysicalPage*>* vacated);
   // New backing for `count` pages; with what_fits, fewer (at least one) when the other side
   // has no room for all.
   Error acquire_targets(std::size_t count, device::Location to, Extent extent,

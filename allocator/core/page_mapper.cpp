@@ -241,23 +241,95 @@ Error PageMapper::grant(Page& page) {
 }
 
 Error PageMapper::unmap(Page& page) {
-  StreamPool& pool = *page.segment->pool;
+  if (!wait_until_settled(*page.segment->pool, page.idle_since)) {
+    return fail(Error::device_error, "device %d: unmapping a page at %#zx failed: waiting for "
+                "its stream failed %s", ordinal_, static_cast<std::size_t>(address_of(page)),
+                device_.last_failure());
+  }
+  return unmap_now(page);
+}
+
+Error PageMapper::unmap_now(Page& page) {
   const std::uintptr_t va = address_of(page);
-  const auto status = wait_until_settled(pool, page.idle_since)
-                          ? device_.unmap(va, page_size_)
-                          : device::Status::device_error;
+  const auto status = device_.unmap(va, page_size_);
   if (status != device::Status::ok) {
     return fail(Error::device_error, "device %d: unmapping a page at %#zx failed: %s %s",
                 ordinal_, static_cast<std::size_t>(va), device::status_name(status),
                 device_.last_failure());
   }
+  note_unmapped(page);
+  return Error::ok;
+}
+
+Error PageMapper::unmap_run_now(Segment& seg, std::size_t first, std::size_t count) {
+  // One call for the run when the driver takes the range (it spans whole mappings).
+  if (count > 1) {
+    const auto status = device_.unmap(seg.base + first * page_size_, count * page_size_);
+    if (status == device::Status::ok) {
+      for (std::size_t i = first; i < first + count; ++i) note_unmapped(seg.pages[i]);
+      return Error::ok;
+    }
+    log().debug("device {}: unmapping {} pages in one call failed ({} {}); page by page",
+                ordinal_, count, device::status_name(status), device_.last_failure());
+  }
+  for (std::size_t i = first; i < first + count; ++i) {
+    if (const Error err = unmap_now(seg.pages[i]); err != Error::ok) return err;
+  }
+  return Error::ok;
+}
+
+void PageMapper::note_unmapped(Page& page) {
+  StreamPool& pool = *page.segment->pool;
+  const std::uintptr_t va = address_of(page);
   std::erase(page.phys->mappings, &page);
   if (page.phys->host) --page.segment->host_mapped;
   page.phys = nullptr;
   --page.segment->mapped_pages;
   page.accessible = false;
   ledger_.page_unmapped(va, page_size_, pool.stream);
+}
+
+Error PageMapper::evict(Page& page) {
+  PhysicalPage& phys = *page.phys;
+  if (const Error err = unmap_now(page); err != Error::ok) return err;
+  ledger_.page_dropped(page_size_);
+  page.users = 0;
+  page.idle_since = physical_.tick();
+  physical_.clear_owner(phys);
+  phys.last_pool = page.segment->pool;
+  physical_.make_idle(phys);
+  // The page is dropped either way; a physical page the driver keeps stays idle (cached).
+  if (!release_vacated(phys)) {
+    log().warn("device {}: a paused page's memory stays cached: {}", ordinal_,
+               device_.last_failure());
+  }
   return Error::ok;
+}
+
+bool PageMapper::release_hold(Segment& seg) {
+  bool unmapped = true;
+  for (Page& page : seg.pages) {
+    if (page.phys == nullptr) continue;
+    PhysicalPage& phys = *page.phys;
+    if (page.users != 0) {
+      page.users = 0;
+      page.idle_since = physical_.tick();
+      physical_.clear_owner(phys);
+      phys.last_pool = seg.pool;
+      physical_.make_idle(phys);
+    }
+    unmapped = unmap_now(page) == Error::ok && unmapped;
+  }
+  return unmapped;
+}
+
+bool PageMapper::release_vacated(PhysicalPage& phys) {
+  // Its other mappings are pages without users that lost them before the held page took
+  // phys; that page's work, which the caller waited for, was ordered after theirs.
+  while (!phys.mappings.empty()) {
+    if (unmap_now(*phys.mappings.back()) != Error::ok) return false;
+  }
+  return physical_.release(&phys);
 }
 
 bool PageMapper::wait_until_settled(StreamPool& pool, std::uint64_t epoch) {

@@ -105,6 +105,24 @@ class PageMapper {
   Error grant(Page& page);
   // Removes the page's mapping once no queued work can use it.
   Error unmap(Page& page);
+  // Removes the page's mapping now: the caller knows no queued work uses it. unmap_run_now:
+  // pages [first, first + count) of `seg`, all mapped, with one driver call where it can; on
+  // failure the pages before the one that failed are unmapped.
+  Error unmap_now(Page& page);
+  Error unmap_run_now(Segment& seg, std::size_t first, std::size_t count);
+
+  // Held segments (regions.h); the caller has waited for every piece of work that used them.
+  // evict: the page loses its hold and its physical page, which is unmapped wherever it is
+  // mapped and returned to the driver (a host page too). On failure the page is as before;
+  // when only another mapping or the release fails, the page is evicted and its physical page
+  // stays idle (cached; a warning says so). release_vacated: a physical page that a moved page left (idle, maybe mapped
+  // at pages without users) goes back to the driver; false if it stays idle.
+  Error evict(Page& page);
+  bool release_vacated(PhysicalPage& phys);
+  // The hold of a held segment ends after a device synchronization: every page loses its
+  // user and is unmapped, its physical page idle. False if an unmap failed (that page stays
+  // mapped, without users).
+  bool release_hold(Segment& seg);
 
   // Unmaps every page without users and returns every idle physical page to the driver, after
   // one device synchronization (empty_cache). False when that synchronization failed (then
@@ -138,6 +156,7 @@ class PageMapper {
     return Error::ok;
   }
   Error use_parked(Segment& seg, std::size_t first, std::size_t last, const Request& request);
+  void note_unmapped(Page& page);  // the records of a mapping the driver has removed
   void drop_users(Segment& seg, std::size_t first, std::size_t last);
   // Grants access to the pages of [first, last] that use() mapped, one driver call per run of
   // consecutive pages (per page, cuMemSetAccess costs about 28 us; over a run, 0.3 us a

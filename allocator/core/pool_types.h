@@ -106,6 +106,12 @@ struct Segment {
   // out of reach of requests that fit the device, so that a workload spilling every step
   // finds its spilled pages where it left them. Paged or pinned_host.
   bool spill = false;
+  // Paged and held by a region (regions.h): every page is mapped, with one user (the hold),
+  // for the segment's life; blocks over it add no users. pause and resume alone change its
+  // pages' backing. paused: the region is paused, and every page is either on a host page
+  // (kept, one user) or unmapped without users (dropped).
+  bool held = false;
+  bool paused = false;
   StreamPool* pool = nullptr;
   Block* first = nullptr;
   // Paged segments: one entry per granule of [base, base + size); empty for the other kinds.

@@ -18,7 +18,13 @@ Error DeviceAllocator::allocate_private(std::size_t size, StreamHandle stream, P
                 static_cast<unsigned long long>(id),
                 private_.known(id) ? "was released" : "was never created");
   }
+  const RegionId region = regions_.region_of(id);
+  if (region != kNoRegion && regions_.paused(region)) {
+    return fail(Error::invalid_value, "device %d: allocation in region \"%s\", which is paused",
+                ordinal_, RegionTags::name(region).c_str());
+  }
   StreamPool& pool = pools_.get(stream, id);
+  pool.region = region;
   const Request request{size, Growth::may_grow, Tier::device};
   Block* block = nullptr;
   Error err = blocks_.allocate(pool, request, BlockUse::allocation, &block);
@@ -54,6 +60,7 @@ Error DeviceAllocator::allocate_owned_by_capture(std::size_t size, StreamHandle 
   const Error created = metadata_guard("allocate_owned_by_capture", ordinal_, [&] {
     std::lock_guard lock(lock_);
     if (private_.known(pool)) return Error::ok;
+    tag_new_pool(pool);
     private_.retain(pool);  // never released: nobody will say when the graph is gone
     static std::atomic<bool> warned{false};
     if (!warned.exchange(true)) {
@@ -75,6 +82,7 @@ Error DeviceAllocator::create_private_pool(PoolId id) {
   }
   return metadata_guard("create_private_pool", ordinal_, [&] {
     std::lock_guard lock(lock_);
+    if (!private_.known(id)) tag_new_pool(id);
     private_.retain(id);
     return Error::ok;
   });
@@ -116,7 +124,8 @@ void DeviceAllocator::return_released_segments(StreamPool& pool) {
   StreamPool& shared = pools_.get(pool.stream);
   std::vector<Segment*> free_segments;
   for (Segment* seg : pool.segments) {
-    if (seg->wholly_free()) free_segments.push_back(seg);
+    // A region's held segments never join the shared pools: empty_cache returns them.
+    if (seg->wholly_free() && !seg->held) free_segments.push_back(seg);
   }
   for (Segment* seg : free_segments) blocks_.adopt_segment(seg, shared);
   if (pool.segments.empty()) {
@@ -138,6 +147,7 @@ void DeviceAllocator::forget_if_empty(PoolId id) {
     if (pool.private_id == id) empty.push_back(&pool);
   });
   for (StreamPool* pool : empty) pools_.erase(*pool);
+  regions_.remove_pool(id);
   private_.forget(id);
 }
 

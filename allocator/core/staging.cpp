@@ -81,6 +81,8 @@ void Staging::unmap_home(PhysicalPage& phys) {
 
 bool Staging::grant_range(std::uintptr_t va, std::size_t count) {
   if (device_.set_access(ordinal_, va, count * page_size_) == device::Status::ok) return true;
+  log().debug("device {}: granting access to {} pages in one call failed ({}); page by page",
+              ordinal_, count, device_.last_failure());
   for (std::size_t k = 0; k < count; ++k) {
     if (device_.set_access(ordinal_, va + k * page_size_, page_size_) != device::Status::ok) {
       return false;

@@ -134,7 +134,7 @@ DeviceState DeviceAllocator::state() const {
   };
   pools_.for_each([&](const StreamPool& pool) {
     for (const Segment* seg : pool.segments) {
-      if (seg->paged()) {
+      if (seg->paged() && !seg->held) {
         paged_segment_state(*seg, pool.stream, describe, st.segments);
         continue;
       }
@@ -144,12 +144,37 @@ DeviceState DeviceAllocator::state() const {
       s.stream = pool.stream;
       s.private_pool = pool.private_id;
       s.host_bytes = seg->pinned_host() ? seg->size : 0;
+      s.region = RegionTags::name(regions_.region_of(pool.private_id));
+      if (seg->held) {
+        const std::size_t page = seg->size / seg->pages.size();
+        s.paged = true;
+        s.paused = seg->paused;
+        s.host_bytes = seg->host_mapped * page;
+        s.dropped_bytes = (seg->pages.size() - seg->mapped_pages) * page;
+      }
       for (const Block* b = seg->first; b != nullptr; b = b->next) describe(b, s.blocks, s);
       st.segments.push_back(std::move(s));
     }
   });
   std::sort(st.segments.begin(), st.segments.end(),
             [](const SegmentState& a, const SegmentState& b) { return a.base < b.base; });
+  for (const RegionId id : regions_.ids()) {
+    RegionState r;
+    r.tag = RegionTags::name(id);
+    const Regions::Region* region = regions_.find(id);
+    r.paused = region->state == Regions::State::paused;
+    r.kept = r.paused && region->kept;
+    for (const SegmentState& s : st.segments) {
+      if (s.region != r.tag) continue;
+      ++r.segments;
+      r.host_bytes += s.host_bytes;
+      r.dropped_bytes += s.dropped_bytes;
+      r.device_bytes += s.size - s.host_bytes - s.dropped_bytes;
+    }
+    st.regions.push_back(std::move(r));
+  }
+  std::sort(st.regions.begin(), st.regions.end(),
+            [](const RegionState& a, const RegionState& b) { return a.tag < b.tag; });
   return st;
 }
 

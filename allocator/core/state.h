@@ -39,8 +39,24 @@ struct SegmentState {
   bool paged = false;
   // Bytes of it in host memory (the host tier): host-located pages, or a whole host segment.
   std::size_t host_bytes = 0;
+  // A region's held segment (regions.h), shown whole: its tag, whether it is paused, and the
+  // bytes of it that are dropped (no memory behind them until resume).
+  std::string region;
+  bool paused = false;
+  std::size_t dropped_bytes = 0;
   std::vector<BlockState> blocks;  // address order, covering the segment
   std::vector<SlabState> slabs;
+};
+
+// A region (regions.h) as one device holds it.
+struct RegionState {
+  std::string tag;
+  bool paused = false;
+  bool kept = false;  // paused with its bytes on the host
+  std::size_t device_bytes = 0;
+  std::size_t host_bytes = 0;
+  std::size_t dropped_bytes = 0;
+  std::size_t segments = 0;
 };
 
 struct DeviceState {
@@ -51,6 +67,7 @@ struct DeviceState {
   std::size_t reserve_cap = 0;  // 0: none
   std::size_t device_total = 0;
   std::vector<SegmentState> segments;  // address order
+  std::vector<RegionState> regions;     // by tag
   std::vector<TraceEvent> trace;
   std::uint64_t trace_dropped = 0;
 };

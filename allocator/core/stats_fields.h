@@ -58,7 +58,8 @@
   X(spills, "allocations served from host memory for lack of device room")            \
   X(page_offloads, "pages of live allocations moved to host memory")                   \
   X(page_prefetches, "pages of live allocations moved to device memory")                 \
-  X(fences, "fences that made device-ordered frees reusable")
+  X(fences, "fences that made device-ordered frees reusable")                          \
+  X(dropped_bytes, "bytes of paused regions dropped: allocated, with no memory behind")
 
 // PyTorch's name for each statistic that has one, as torch.cuda.memory_stats() keys it:
 // gauges as "<name>.all.current" / ".peak" / ".allocated" (increases) / ".freed" (decreases),

@@ -14,6 +14,7 @@
 
 #include "core/free_bins.h"
 #include "core/pool_types.h"
+#include "core/region_tags.h"
 
 namespace cudalloc {
 
@@ -24,6 +25,9 @@ inline constexpr PoolId kSharedPool = 0;
 struct StreamPool {
   StreamHandle stream = 0;
   PoolId private_id = kSharedPool;
+  // The region of its private pool (regions.h), or kNoRegion: in paged mode its segments are
+  // held segments.
+  RegionId region = kNoRegion;
   FreeBins free_blocks;
   FreeBins spill_free_blocks;  // free blocks of spill segments (Segment::spill)
   std::vector<SlabClass> classes;

@@ -12,7 +12,7 @@ namespace {
 
 struct Totals {
   std::int64_t reserved = 0, segments = 0, free_blocks = 0, slab_bytes = 0, slabs = 0;
-  std::int64_t mapped_pages = 0;
+  std::int64_t mapped_pages = 0, dropped = 0;
   std::size_t parked_pages = 0;
   std::int64_t host_reserved = 0, host_active = 0;
   std::int64_t allocated = 0, allocations = 0, requested = 0, pending_bytes = 0, pending = 0;
@@ -97,11 +97,28 @@ void check_segment(Checker& c, const Segment* seg, const StreamPool& pool, Total
   ++t.segments;
 }
 
+// A held segment's pages (regions.h) have one user each, the hold, and are mapped; a paused
+// one's are on host pages (kept) or unmapped without users (dropped), or, after a failed
+// pause or resume, still mapped to device pages. Blocks over them add no users.
+std::vector<std::uint32_t> held_users(Checker& c, const Segment* seg, std::size_t page_size) {
+  c.expect(seg->parked.empty(), "held segment at ", seg->base, " has parked pages");
+  std::vector<std::uint32_t> users(seg->pages.size(), 1);
+  for (std::size_t i = 0; i < seg->pages.size() && c.ok(); ++i) {
+    const Page& p = seg->pages[i];
+    if (seg->paused && p.users == 0) {
+      c.expect(p.phys == nullptr, "dropped page at ", seg->base + i * page_size, " is mapped");
+      users[i] = 0;
+    }
+  }
+  return users;
+}
+
 // Every page's users are the non-free blocks over it; a page with users owns the physical
 // page mapped there; mappings agree in both directions.
 void check_pages(Checker& c, const Segment* seg, std::size_t page_size, Totals& t) {
-  std::vector<std::uint32_t> users(seg->pages.size());
-  for (const Block* b = seg->first; b != nullptr; b = b->next) {
+  std::vector<std::uint32_t> users =
+      seg->held ? held_users(c, seg, page_size) : std::vector<std::uint32_t>(seg->pages.size());
+  for (const Block* b = seg->first; b != nullptr && !seg->held; b = b->next) {
     if (b->state == Block::State::free) continue;
     const auto [first, last] = seg->pages_under(b->addr, b->size, page_size);
     for (std::size_t i = first; i <= last; ++i) ++users[i];
@@ -135,6 +152,7 @@ void check_pages(Checker& c, const Segment* seg, std::size_t page_size, Totals& 
     c.expect(p.users == 0 || (p.phys != nullptr && p.phys->owner == &p), "page at ", va,
              " is used but does not own a mapped physical page");
     c.expect(p.users == 0 || p.accessible, "page at ", va, " is used without access");
+    if (p.phys == nullptr && seg->held) t.dropped += static_cast<std::int64_t>(page_size);
     if (p.phys == nullptr) continue;
     ++t.mapped_pages;
     ++mapped;
@@ -292,9 +310,11 @@ std::string DeviceAllocator::validate_locked() const {
            s.host_reserved_bytes.current, " != host pages and segments ", t.host_reserved);
   c.expect(s.host_active_bytes.current == t.host_active, "host_active_bytes ",
            s.host_active_bytes.current, " != host memory in use ", t.host_active);
-  c.expect(s.cached_bytes.current ==
-               s.reserved_bytes.current + s.host_reserved_bytes.current - s.active_bytes.current,
-           "cached_bytes != reserved + host_reserved - active");
+  c.expect(s.dropped_bytes.current == t.dropped, "dropped_bytes ", s.dropped_bytes.current,
+           " != dropped pages of paused regions ", t.dropped);
+  c.expect(s.cached_bytes.current == s.reserved_bytes.current + s.host_reserved_bytes.current +
+                                         s.dropped_bytes.current - s.active_bytes.current,
+           "cached_bytes != reserved + host_reserved + dropped - active");
   return c.problem();
 }
 

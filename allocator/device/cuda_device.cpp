@@ -44,6 +44,7 @@ struct Driver {
   PFN_cuEventSynchronize_v2000 event_synchronize = nullptr;
   PFN_cuStreamWaitEvent_v3020 stream_wait_event = nullptr;
   PFN_cuMemcpyAsync_v4000 memcpy_async = nullptr;
+  PFN_cuMemsetD8Async_v3020 memset_d8_async = nullptr;
   PFN_cuMemHostAlloc_v2020 mem_host_alloc = nullptr;
   PFN_cuMemFreeHost_v2000 mem_free_host = nullptr;
   PFN_cuDeviceCanAccessPeer_v4000 can_access_peer = nullptr;
@@ -116,6 +117,7 @@ bool resolve_core(Driver& d) {
          resolve("cuEventSynchronize", &d.event_synchronize) &&
          resolve("cuStreamWaitEvent", &d.stream_wait_event) &&
          resolve("cuMemcpyAsync", &d.memcpy_async) &&
+         resolve("cuMemsetD8Async", &d.memset_d8_async) &&
          resolve("cuMemHostAlloc", &d.mem_host_alloc) &&
          resolve("cuMemFreeHost", &d.mem_free_host) &&
          resolve("cuDeviceCanAccessPeer", &d.can_access_peer);
@@ -615,6 +617,12 @@ Status CudaDevice::copy(int dev, std::uintptr_t dst, std::uintptr_t src, std::si
   return with_context(dev, [&](const Driver& d) {
     return check(d.memcpy_async(static_cast<CUdeviceptr>(dst), static_cast<CUdeviceptr>(src),
                                 bytes, as_stream(stream)));
+  });
+}
+
+Status CudaDevice::zero(int dev, std::uintptr_t dst, std::size_t bytes, StreamHandle stream) {
+  return with_context(dev, [&](const Driver& d) {
+    return check(d.memset_d8_async(static_cast<CUdeviceptr>(dst), 0, bytes, as_stream(stream)));
   });
 }
 

@@ -43,6 +43,7 @@ class CudaDevice final : public Device {
   Status unmap(std::uintptr_t va, std::size_t bytes) override;
   Status set_access(int dev, std::uintptr_t va, std::size_t bytes) override;
 
+  Status zero(int dev, std::uintptr_t dst, std::size_t bytes, StreamHandle stream) override;
   Status copy(int dev, std::uintptr_t dst, std::uintptr_t src, std::size_t bytes,
               StreamHandle stream) override;
   Status host_alloc(int dev, std::size_t bytes, void** ptr) override;

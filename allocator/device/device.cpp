@@ -31,7 +31,7 @@ const char* call_kind_name(CallKind k) {
       "malloc", "free", "reserve", "unreserve", "create_physical", "release_physical", "map",
       "unmap", "set_access", "event_create", "event_destroy", "event_record", "event_query",
       "event_synchronize", "stream_wait_event", "synchronize", "copy", "host_alloc",
-      "host_free", "export_physical", "import_physical"};
+      "host_free", "export_physical", "import_physical", "zero"};
   const int i = static_cast<int>(k);
   return i >= 0 && i < kCallKinds ? kNames[i] : "unknown";
 }

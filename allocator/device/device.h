@@ -62,6 +62,7 @@ enum class CallKind : int {
   host_free,
   export_physical,
   import_physical,
+  zero,
   count_,
 };
 constexpr int kCallKinds = static_cast<int>(CallKind::count_);
@@ -124,6 +125,8 @@ class Device {
   // mapped ranges of either location) on `stream`; it runs after the work queued there before.
   virtual Status copy(int dev, std::uintptr_t dst, std::uintptr_t src, std::size_t bytes,
                       StreamHandle stream) = 0;
+  // Queues writing `bytes` zero bytes at `dst` (as copy's dst) on `stream`.
+  virtual Status zero(int dev, std::uintptr_t dst, std::size_t bytes, StreamHandle stream) = 0;
   // Pinned host memory mapped for `dev` (unified addressing: the same pointer on both sides);
   // the host tier where host-located physical memory cannot be created. host_free waits for
   // the work that may still use the memory, as cuMemFreeHost does.

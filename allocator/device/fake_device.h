@@ -82,6 +82,7 @@ class FakeDevice final : public Device {
   Status set_access(int dev, std::uintptr_t va, std::size_t bytes) override;
   Status copy(int dev, std::uintptr_t dst, std::uintptr_t src, std::size_t bytes,
               StreamHandle stream) override;
+  Status zero(int dev, std::uintptr_t dst, std::size_t bytes, StreamHandle stream) override;
   Status host_alloc(int dev, std::size_t bytes, void** ptr) override;
   Status host_free(void* ptr) override;
   Status event_create(int dev, EventHandle* event) override;

@@ -69,7 +69,9 @@ void FakeDevice::set_blocking(int dev, StreamHandle stream) {
 void FakeDevice::run_completed_copies() {
   std::erase_if(copies_, [&](const PendingCopy& c) {
     if (streams_[c.stream].completed < c.seq) return false;
-    if (range_backed(c.src, c.bytes) && range_backed(c.dst, c.bytes)) {
+    if (c.src == 0 && range_backed(c.dst, c.bytes)) {  // zero()
+      if (options_.backing) std::memset(reinterpret_cast<void*>(c.dst), 0, c.bytes);
+    } else if (range_backed(c.src, c.bytes) && range_backed(c.dst, c.bytes)) {
       if (!options_.backing) return true;  // records only: nothing to move
       std::memmove(reinterpret_cast<void*>(c.dst), reinterpret_cast<const void*>(c.src),
                    c.bytes);
@@ -88,6 +90,16 @@ Status FakeDevice::copy(int dev, std::uintptr_t dst, std::uintptr_t src, std::si
   if (!range_backed(src, bytes) || !range_backed(dst, bytes)) return Status::invalid_value;
   const StreamKey key{dev, stream};
   copies_.push_back(PendingCopy{key, queue_operation(key), dst, src, bytes});
+  run_completed_copies();
+  return Status::ok;
+}
+
+Status FakeDevice::zero(int dev, std::uintptr_t dst, std::size_t bytes, StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  if (Status s = check_fault(CallKind::zero); s != Status::ok) return s;
+  if (!valid_device(dev) || bytes == 0 || !range_backed(dst, bytes)) return Status::invalid_value;
+  const StreamKey key{dev, stream};
+  copies_.push_back(PendingCopy{key, queue_operation(key), dst, 0, bytes});  // src 0: zero
   run_completed_copies();
   return Status::ok;
 }

@@ -64,4 +64,18 @@ struct Harness {
 
 inline std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
+// A byte pattern that differs per position and per allocation (seed), and its check.
+inline void fill_pattern(void* p, std::size_t n, unsigned seed) {
+  auto* bytes = static_cast<unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) bytes[i] = static_cast<unsigned char>(i * 31 + seed);
+}
+
+inline bool holds_pattern(const void* p, std::size_t n, unsigned seed) {
+  const auto* bytes = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (bytes[i] != static_cast<unsigned char>(i * 31 + seed)) return false;
+  }
+  return true;
+}
+
 }  // namespace cudalloc::test

@@ -27,20 +27,6 @@ Settings offload_settings(std::size_t limit, std::size_t host_limit = 0, double 
   return s;
 }
 
-// A byte pattern that differs per position and per allocation.
-void fill(void* p, std::size_t n, unsigned seed) {
-  auto* bytes = static_cast<unsigned char*>(p);
-  for (std::size_t i = 0; i < n; ++i) bytes[i] = static_cast<unsigned char>(i * 31 + seed);
-}
-
-bool holds(const void* p, std::size_t n, unsigned seed) {
-  const auto* bytes = static_cast<const unsigned char*>(p);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (bytes[i] != static_cast<unsigned char>(i * 31 + seed)) return false;
-  }
-  return true;
-}
-
 struct Residency {
   std::size_t device = 0;
   std::size_t host = 0;
@@ -88,10 +74,10 @@ TEST_CASE("a request past the device budget is served from host memory", "[offlo
   }
   CHECK(total == static_cast<std::size_t>(s.reserved_bytes.current + s.host_reserved_bytes.current));
   CHECK(host == static_cast<std::size_t>(s.host_reserved_bytes.current));
-  fill(a, 6 * MiB, 1);
-  fill(b, 6 * MiB, 2);
-  CHECK(holds(a, 6 * MiB, 1));
-  CHECK(holds(b, 6 * MiB, 2));
+  fill_pattern(a, 6 * MiB, 1);
+  fill_pattern(b, 6 * MiB, 2);
+  CHECK(holds_pattern(a, 6 * MiB, 1));
+  CHECK(holds_pattern(b, 6 * MiB, 2));
   h.put(b);
   h.put(a);
   CHECK(h.stats().host_active_bytes.current == 0);
@@ -147,23 +133,23 @@ TEST_CASE("offload and prefetch keep the address and every byte", "[offload]") {
   Harness h(offload_settings(0));
   const std::size_t n = 5 * MiB + 4096;
   void* p = h.get(n, S);
-  fill(p, n, 7);
+  fill_pattern(p, n, 7);
   REQUIRE(h.alloc->offload(p, S) == Error::ok);
   h.check();
   CHECK(residency(h, p).host == round_up(n, DeviceAllocator::kBlockRound));
   CHECK(lives_on(h, p, n, Location::host));
-  CHECK(holds(p, n, 7));
+  CHECK(holds_pattern(p, n, 7));
   CHECK(h.stats().page_offloads.total == 3);
   // The device pages it left are idle and serve the next request without new memory.
   const auto reserved = h.stats().reserved_bytes.current;
   void* q = h.get(4 * MiB, S);
   CHECK(h.stats().reserved_bytes.current == reserved);
-  fill(p, n, 9);  // kernels (here the host) write the offloaded memory at its address
+  fill_pattern(p, n, 9);  // kernels (here the host) write the offloaded memory at its address
   REQUIRE(h.alloc->prefetch(p, S) == Error::ok);
   h.check();
   CHECK(residency(h, p).device == round_up(n, DeviceAllocator::kBlockRound));
   CHECK(lives_on(h, p, n, Location::device));
-  CHECK(holds(p, n, 9));
+  CHECK(holds_pattern(p, n, 9));
   CHECK(h.stats().page_prefetches.total == 3);
   CHECK(h.fake.bad_copies() == 0);
   // Moving to where it already is does nothing.
@@ -177,13 +163,13 @@ TEST_CASE("a small allocation moves with the neighbours on its page", "[offload]
   Harness h(offload_settings(0));
   void* a = h.get(1000, S);
   void* b = h.get(1000, S);
-  fill(a, 1000, 3);
-  fill(b, 1000, 4);
+  fill_pattern(a, 1000, 3);
+  fill_pattern(b, 1000, 4);
   REQUIRE(h.alloc->offload(a, S) == Error::ok);
   h.check();
   CHECK(residency(h, a).host == residency(h, a).host + residency(h, a).device);
-  CHECK(holds(a, 1000, 3));
-  CHECK(holds(b, 1000, 4));
+  CHECK(holds_pattern(a, 1000, 3));
+  CHECK(holds_pattern(b, 1000, 4));
   h.put(a);
   h.put(b);
 }
@@ -194,7 +180,7 @@ TEST_CASE("a move waits for the work queued on its stream and on the allocation'
   o.manual_streams = true;
   Harness h(offload_settings(0), o);
   void* p = h.get(4 * MiB, S);
-  fill(p, 4 * MiB, 5);
+  fill_pattern(p, 4 * MiB, 5);
   h.fake.enqueue_work(0, S);  // a kernel still using p
   h.fake.enqueue_work(0, T);
   REQUIRE(h.alloc->offload(p, T) == Error::ok);
@@ -203,7 +189,7 @@ TEST_CASE("a move waits for the work queued on its stream and on the allocation'
   CHECK(h.fake.stream_idle(0, S));
   CHECK(h.fake.stream_idle(0, T));
   CHECK(h.fake.bad_copies() == 0);
-  CHECK(holds(p, 4 * MiB, 5));
+  CHECK(holds_pattern(p, 4 * MiB, 5));
   h.put(p);
 }
 
@@ -211,7 +197,7 @@ TEST_CASE("promote moves spilled pages back once the device has room", "[offload
   Harness h(offload_settings(8 * MiB));
   void* a = h.get(6 * MiB);
   void* b = h.get(6 * MiB);
-  fill(b, 6 * MiB, 6);
+  fill_pattern(b, 6 * MiB, 6);
   REQUIRE(residency(h, b).host > 0);
   REQUIRE(h.alloc->promote() == Error::ok);  // no room yet: nothing moves, no error
   CHECK(residency(h, b).host > 0);
@@ -220,7 +206,7 @@ TEST_CASE("promote moves spilled pages back once the device has room", "[offload
   h.check();
   CHECK(residency(h, b).host == 0);
   CHECK(lives_on(h, b, 6 * MiB, Location::device));
-  CHECK(holds(b, 6 * MiB, 6));
+  CHECK(holds_pattern(b, 6 * MiB, 6));
   CHECK(h.stats().host_active_bytes.current == 0);
   CHECK(h.stats().reserved_bytes.current <= static_cast<std::int64_t>(8 * MiB));
   h.put(b);
@@ -230,14 +216,14 @@ TEST_CASE("with promote set, a free that makes room brings spilled pages back", 
   Harness h(offload_settings(8 * MiB, 0, 0.9));
   void* a = h.get(6 * MiB);
   void* b = h.get(6 * MiB);
-  fill(b, 6 * MiB, 8);
+  fill_pattern(b, 6 * MiB, 8);
   REQUIRE(residency(h, b).host > 0);
   void* c = h.get(512 * KiB);
   h.put(c);  // still no room: b stays
   CHECK(residency(h, b).host > 0);
   h.put(a);  // 6 MiB in use of 8: below 0.9 of the budget
   CHECK(residency(h, b).host == 0);
-  CHECK(holds(b, 6 * MiB, 8));
+  CHECK(holds_pattern(b, 6 * MiB, 8));
   CHECK(h.stats().page_prefetches.total >= 2);
   h.put(b);
 }
@@ -256,7 +242,7 @@ TEST_CASE("a fault in the middle of a move leaves the allocation valid", "[offlo
   Harness h(offload_settings(0));
   const std::size_t n = 3 * kPage;
   void* p = h.get(n, S);
-  fill(p, n, 11);
+  fill_pattern(p, n, 11);
   const bool to_host = nth % 2 == 1;
   if (!to_host) REQUIRE(h.alloc->offload(p, S) == Error::ok);
   h.fake.fail_call(kind, nth,
@@ -268,13 +254,13 @@ TEST_CASE("a fault in the middle of a move leaves the allocation valid", "[offlo
   h.check();
   const Residency r = residency(h, p);
   CHECK(r.device + r.host == n);
-  CHECK(holds(p, n, 11));
+  CHECK(holds_pattern(p, n, 11));
   CHECK(h.fake.bad_copies() == 0);
   h.fake.clear_faults();
   REQUIRE((to_host ? h.alloc->offload(p, S) : h.alloc->prefetch(p, S)) == Error::ok);
   h.check();
   CHECK((to_host ? residency(h, p).host : residency(h, p).device) == n);
-  CHECK(holds(p, n, 11));
+  CHECK(holds_pattern(p, n, 11));
   h.put(p);
   // Nothing leaks, not even a staging or home page whose unmap failed.
   REQUIRE(h.alloc->empty_cache() == Error::ok);
@@ -297,8 +283,8 @@ TEST_CASE("without host-located pages the host tier is pinned memory", "[offload
   CHECK(residency(h, b).host == 6 * MiB);
   CHECK(h.stats().spills.total >= 1);
   CHECK(h.fake.calls(CallKind::host_alloc) >= 1);
-  fill(b, 6 * MiB, 12);
-  CHECK(holds(b, 6 * MiB, 12));
+  fill_pattern(b, 6 * MiB, 12);
+  CHECK(holds_pattern(b, 6 * MiB, 12));
   CHECK(h.alloc->offload(b, 0) == Error::not_supported);
   CHECK(h.alloc->offload(a, 0) == Error::not_supported);
   h.check();
@@ -348,9 +334,9 @@ TEST_CASE("a workload that spills the same addresses every step maps nothing onc
     std::vector<void*> ptrs;
     for (int i = 0; i < 6; ++i) {
       ptrs.push_back(h.get(4 * MiB));
-      fill(ptrs.back(), 4 * MiB, static_cast<unsigned>(step * 8 + i));
+      fill_pattern(ptrs.back(), 4 * MiB, static_cast<unsigned>(step * 8 + i));
     }
-    for (int i = 0; i < 6; ++i) CHECK(holds(ptrs[i], 4 * MiB, static_cast<unsigned>(step * 8 + i)));
+    for (int i = 0; i < 6; ++i) CHECK(holds_pattern(ptrs[i], 4 * MiB, static_cast<unsigned>(step * 8 + i)));
     CHECK(h.stats().host_active_bytes.current == static_cast<std::int64_t>(8 * MiB));
     for (auto it = ptrs.rbegin(); it != ptrs.rend(); ++it) h.put(*it);
   }
@@ -364,7 +350,7 @@ TEST_CASE("a move into an idle page waits for the stream that used the page last
   o.manual_streams = true;
   Harness h(offload_settings(0), o);
   void* p = h.get(4 * MiB, S);
-  fill(p, 4 * MiB, 13);
+  fill_pattern(p, 4 * MiB, 13);
   REQUIRE(h.alloc->offload(p, S) == Error::ok);
   // The device pages p left serve x on stream T, whose kernel is still queued when x is freed:
   // the pages are idle, still mapped at x's address, last used by T.
@@ -383,7 +369,7 @@ TEST_CASE("a move into an idle page waits for the stream that used the page last
   CHECK(s_waited_for_t);
   CHECK(h.fake.stream_idle(0, T));  // the host waited for the copy, which came after T's work
   CHECK(residency(h, p).device == 4 * MiB);
-  CHECK(holds(p, 4 * MiB, 13));
+  CHECK(holds_pattern(p, 4 * MiB, 13));
   CHECK(h.fake.bad_copies() == 0);
   h.put(p);
 }

@@ -1,0 +1,272 @@
+// Migrator's bulk moves (migrator.h, move_segment): a region's held segment moving whole to
+// the host (pause) or back (resume), while nothing uses it.
+//
+// A move of single allocations (move_batch) pays, per batch of 32 pages, a host wait and then
+// an unmap, a map and a grant per run of pages in between. Remapping costs more than the
+// copy (H200: about 25-42 us per 2 MiB page to unmap and 33-67 us to grant access, even in
+// one call for a run, against 41 us to copy), so here the copies run while the host remaps:
+//   to the host    for every segment, host pages are taken chunk by chunk and each chunk's
+//                  copies into their homes queued at once (pinning new host memory overlaps
+//                  the copies), then an event; then segment by segment, once its event has
+//                  completed, each run of pages is remapped: one unmap for the run, a map per
+//                  page, one access grant;
+//   to the device  segment by segment, every run is remapped to new device pages (the
+//                  region is idle: nothing reads it meanwhile) and the copies from the host
+//                  pages' homes are queued, then an event; then each segment's event is
+//                  waited for.
+// Until a page's new backing has its bytes (its event) its old physical page keeps them and
+// stays its owner: a failure puts every page not yet moved back on its old page. Host pages
+// without a home (its mapping failed) take the plain path (move_pages).
+#include <algorithm>
+#include <chrono>
+
+#include "core/log.h"
+#include "core/migrator.h"
+
+namespace cudalloc {
+
+using device::Location;
+
+namespace {
+
+constexpr std::size_t kChunkPages = Staging::kStagingPages;
+
+bool on(const PhysicalPage& phys, Location where) { return phys.host == (where == Location::host); }
+
+bool homeless(const PhysicalPage* p) { return p->host && p->home == 0; }
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+Error Migrator::move_segments(const std::vector<Segment*>& segments, Location to,
+                              StreamHandle stream, std::vector<PhysicalPage*>* vacated) {
+  std::vector<SegmentMove> moves;
+  for (Segment* seg : segments) {
+    SegmentMove m;
+    for (Page& page : seg->pages) {
+      if (page.phys != nullptr && page.users > 0 && !on(*page.phys, to)) m.pages.push_back(&page);
+    }
+    if (!m.pages.empty()) moves.push_back(std::move(m));
+  }
+  // Every segment's copies are queued (to the host) or its pages remapped and copies queued
+  // (to the device) before the first segment is finished: the GPU copies while the host
+  // makes the next segments' driver calls.
+  Error err = Error::ok;
+  std::size_t started = 0;
+  for (; err == Error::ok && started < moves.size(); ++started) {
+    SegmentMove& m = moves[started];
+    err = to == Location::host ? queue_copies_to_host(m, stream) : remap_to_device(m, stream);
+    if (err == Error::ok && !m.plain) sync_.record(stream, &m.copied);  // else: wait_for
+    if (err != Error::ok) break;
+  }
+  for (std::size_t i = 0; i < started; ++i) {
+    SegmentMove& m = moves[i];
+    const Error e = m.plain ? move_pages(m.pages, to, stream, Extent::all, vacated)
+                            : finish_move(m, to, stream, vacated);
+    if (err == Error::ok) err = e;
+  }
+  return err;
+}
+
+void Migrator::order_after_last_users(const std::vector<PhysicalPage*>& fresh,
+                                      StreamHandle stream) {
+  std::vector<StreamHandle> ordered;
+  for (const PhysicalPage* phys : fresh) {
+    if (phys->last_pool == nullptr || phys->last_pool->stream == stream) continue;
+    const StreamHandle last = phys->last_pool->stream;
+    if (std::find(ordered.begin(), ordered.end(), last) != ordered.end()) continue;
+    ordered.push_back(last);
+    sync_.order_after(last, stream);
+  }
+}
+
+Error Migrator::copy_runs(const std::vector<std::uintptr_t>& dst,
+                          const std::vector<std::uintptr_t>& src, StreamHandle stream) {
+  const std::size_t page_size = mapper_.page_size();
+  for (std::size_t k = 0; k < dst.size();) {
+    std::size_t end = k + 1;
+    while (end < dst.size() && dst[end] == dst[end - 1] + page_size &&
+           src[end] == src[end - 1] + page_size) {
+      ++end;
+    }
+    const auto status = device_.copy(ordinal_, dst[k], src[k], (end - k) * page_size, stream);
+    if (status != device::Status::ok) {
+      return fail(Error::device_error, "device %d: copying pages for a move failed: %s %s",
+                  ordinal_, device::status_name(status), device_.last_failure());
+    }
+    k = end;
+  }
+  return Error::ok;
+}
+
+Error Migrator::queue_copies_to_host(SegmentMove& m, StreamHandle stream) {
+  // Host pages chunk by chunk, each chunk's copies queued at once: pinning new host memory
+  // overlaps the copies already queued.
+  const std::size_t n = m.pages.size();
+  Error err = Error::ok;
+  for (std::size_t at = 0; err == Error::ok && at < n; at += kChunkPages) {
+    const std::size_t count = std::min(kChunkPages, n - at);
+    std::vector<PhysicalPage*> got;
+    err = acquire_targets(count, Location::host, Extent::all, got);
+    if (err != Error::ok) break;
+    // Later users of these pages wait for the copies (they may be given back unused).
+    for (PhysicalPage* p : got) p->last_pool = m.pages[at]->segment->pool;
+    order_after_last_users(got, stream);
+    m.fresh.insert(m.fresh.end(), got.begin(), got.end());
+    if (std::any_of(got.begin(), got.end(), homeless)) {
+      m.plain = true;
+      break;
+    }
+    std::vector<std::uintptr_t> src(count), dst(count);
+    for (std::size_t k = 0; k < count; ++k) {
+      src[k] = mapper_.address_of(*m.pages[at + k]);
+      dst[k] = got[k]->home;
+    }
+    err = copy_runs(dst, src, stream);
+  }
+  if (err != Error::ok || m.plain) {
+    for (PhysicalPage* p : m.fresh) physical_.make_idle(*p);
+    m.fresh.clear();
+  }
+  return err;
+}
+
+Error Migrator::remap_to_device(SegmentMove& m, StreamHandle stream) {
+  // The region is idle: pages switch to their device pages first, then the copies from the
+  // host pages' homes fill them. Until the copies are waited for, the host pages own the
+  // pages and hold the bytes.
+  const std::size_t n = m.pages.size();
+  if (std::any_of(m.pages.begin(), m.pages.end(), [](const Page* p) { return homeless(p->phys); })) {
+    m.plain = true;
+    return Error::ok;
+  }
+  if (const Error err = acquire_targets(n, Location::device, Extent::all, m.fresh);
+      err != Error::ok) {
+    return err;
+  }
+  order_after_last_users(m.fresh, stream);
+  m.old.resize(n);
+  std::vector<std::uintptr_t> homes(n), targets(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    m.old[k] = m.pages[k]->phys;
+    homes[k] = m.old[k]->home;
+    targets[k] = mapper_.address_of(*m.pages[k]);
+  }
+  Error err = Error::ok;
+  while (err == Error::ok && m.remapped < n) {
+    const std::size_t end = run_end(m.pages, m.remapped);
+    err = remap_run(m.pages, m.fresh, m.old, m.remapped, end);
+    if (err == Error::ok) m.remapped = end;
+  }
+  if (err == Error::ok) err = copy_runs(targets, homes, stream);
+  if (err != Error::ok) {
+    restore_run(m.pages, m.old, 0, m.remapped);
+    for (PhysicalPage* p : m.fresh) physical_.make_idle(*p);
+    m.fresh.clear();
+  }
+  return err;
+}
+
+Error Migrator::finish_move(SegmentMove& m, Location to, StreamHandle stream,
+                            std::vector<PhysicalPage*>* vacated) {
+  const std::size_t n = m.pages.size();
+  Error err = m.copied && sync_.completed(m.copied, Wait::block) == device::Status::ok
+                  ? Error::ok
+                  : sync_.wait_for(stream);
+  if (to == Location::device) {
+    if (err != Error::ok) {  // the host pages still hold every byte
+      restore_run(m.pages, m.old, 0, m.remapped);
+      for (PhysicalPage* p : m.fresh) physical_.make_idle(*p);
+      return err;
+    }
+    for (std::size_t k = 0; k < n; ++k) take_over(*m.pages[k], *m.old[k], *m.fresh[k], vacated);
+    ledger_.pages_moved(Location::device, n);
+    return Error::ok;
+  }
+  if (err != Error::ok) {
+    for (PhysicalPage* p : m.fresh) physical_.make_idle(*p);
+    return err;
+  }
+  m.old.resize(n);
+  for (std::size_t k = 0; k < n; ++k) m.old[k] = m.pages[k]->phys;
+  std::size_t moved = 0;
+  for (std::size_t k = 0; k < n;) {
+    const std::size_t end = run_end(m.pages, k);
+    if (err == Error::ok) err = remap_run(m.pages, m.fresh, m.old, k, end);
+    for (std::size_t i = k; i < end; ++i) {
+      if (err != Error::ok) {
+        physical_.make_idle(*m.fresh[i]);  // the page stays on its old page
+        continue;
+      }
+      take_over(*m.pages[i], *m.old[i], *m.fresh[i], vacated);
+      ++moved;
+    }
+    k = end;
+  }
+  ledger_.pages_moved(Location::host, moved);
+  return err;
+}
+
+void Migrator::take_over(Page& page, PhysicalPage& old, PhysicalPage& fresh,
+                         std::vector<PhysicalPage*>* vacated) {
+  physical_.clear_owner(old);
+  physical_.make_idle(old);
+  physical_.set_owner(fresh, &page);
+  if (vacated != nullptr) vacated->push_back(&old);
+}
+
+Error Migrator::remap_run(const std::vector<Page*>& pages,
+                          const std::vector<PhysicalPage*>& fresh,
+                          const std::vector<PhysicalPage*>& old, std::size_t first,
+                          std::size_t last) {
+  // Owners do not change here: the caller moves them once the new pages hold the bytes.
+  Segment& seg = *pages[first]->segment;
+  const auto index = static_cast<std::size_t>(pages[first] - seg.pages.data());
+  const auto start = Clock::now();
+  Error err = mapper_.unmap_run_now(seg, index, last - first);
+  const double unmapped_ms = ms_since(start);
+  for (std::size_t k = first; err == Error::ok && k < last; ++k) {
+    err = mapper_.attach(*pages[k], *fresh[k]);
+    if (err == Error::ok) fresh[k]->last_pool = seg.pool;
+  }
+  const double mapped_ms = ms_since(start);
+  if (err == Error::ok && !staging_.grant_range(mapper_.address_of(*pages[first]), last - first)) {
+    err = fail(Error::device_error, "device %d: granting access to moved pages failed: %s",
+               ordinal_, device_.last_failure());
+  }
+  log().trace("device {}: remapping {} pages: unmap {:.2f} ms, map {:.2f} ms, access {:.2f} ms",
+              ordinal_, last - first, unmapped_ms, mapped_ms - unmapped_ms,
+              ms_since(start) - mapped_ms);
+  if (err != Error::ok) {
+    restore_run(pages, old, first, last);
+    return err;
+  }
+  for (std::size_t k = first; k < last; ++k) pages[k]->accessible = true;
+  return Error::ok;
+}
+
+Error Migrator::restore_run(const std::vector<Page*>& pages,
+                            const std::vector<PhysicalPage*>& old, std::size_t first,
+                            std::size_t last) {
+  Error result = Error::ok;
+  for (std::size_t k = first; k < last; ++k) {
+    Page& page = *pages[k];
+    if (page.phys == old[k]) continue;
+    if ((page.phys == nullptr || mapper_.unmap_now(page) == Error::ok) &&
+        mapper_.map(page, *old[k]) == Error::ok) {
+      continue;
+    }
+    result = fail(Error::device_error,
+                  "device %d: a page at %#zx lost its backing: moving it failed and mapping "
+                  "it back failed too (%s)", ordinal_,
+                  static_cast<std::size_t>(mapper_.address_of(page)), device_.last_failure());
+  }
+  return result;
+}
+
+}  // namespace cudalloc

@@ -1,0 +1,513 @@
+// Regions (sleep and wake) on the fake device: routing by tag, pause with and without the
+// bytes, resume at the same addresses, what a paused region refuses, host_limit, waiting only
+// for the region's streams, held pages under freed blocks, release, and faults in the middle
+// of either operation. The harness checks every invariant after each operation.
+#include <cstring>
+#include <vector>
+
+#include "core/region_tags.h"
+#include "harness.h"
+
+using namespace cudalloc;
+using namespace cudalloc::test;
+using device::Location;
+
+namespace {
+
+constexpr StreamHandle S = 0x71;
+constexpr StreamHandle T = 0x72;
+constexpr std::size_t kPage = 2 * MiB;
+
+RegionId region(const char* tag) {
+  RegionId id = kNoRegion;
+  REQUIRE(RegionTags::intern(tag, &id) == Error::ok);
+  return id;
+}
+
+// Enters a region for the scope of one test block.
+struct InRegion {
+  explicit InRegion(RegionId id) { REQUIRE(RegionTags::begin(id) == Error::ok); }
+  ~InRegion() { RegionTags::end(); }
+};
+
+bool all_zero(const void* p, std::size_t n) {
+  const auto* bytes = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (bytes[i] != 0) return false;
+  }
+  return true;
+}
+
+// Whether every page under [p, p + n) is mapped on `where` (false also when one is unmapped).
+bool lives_on(Harness& h, const void* p, std::size_t n, Location where) {
+  const std::uintptr_t first = addr(p) / kPage * kPage;
+  for (std::uintptr_t va = first; va < addr(p) + n; va += kPage) {
+    Location at = Location::device;
+    if (!h.fake.location_of(va, &at) || at != where) return false;
+  }
+  return true;
+}
+
+bool unmapped(Harness& h, const void* p) {
+  Location at = Location::device;
+  return !h.fake.location_of(addr(p) / kPage * kPage, &at);
+}
+
+struct Buffer {
+  void* ptr;
+  std::size_t size;
+  unsigned seed;
+};
+
+std::vector<Buffer> fill_region(Harness& h, RegionId id, const std::vector<std::size_t>& sizes) {
+  InRegion in(id);
+  std::vector<Buffer> out;
+  unsigned seed = 1;
+  for (std::size_t size : sizes) {
+    void* p = h.get(size, S);
+    fill_pattern(p, size, seed);
+    out.push_back({p, size, seed++});
+  }
+  return out;
+}
+
+bool all_hold(const std::vector<Buffer>& buffers) {
+  for (const Buffer& b : buffers) {
+    if (!holds_pattern(b.ptr, b.size, b.seed)) return false;
+  }
+  return true;
+}
+
+Error pause(Harness& h, RegionId id, bool keep, bool streams_known = true) {
+  const Error err = h.alloc->pause_region(id, keep, streams_known);
+  h.check();
+  return err;
+}
+
+Error resume(Harness& h, RegionId id) {
+  const Error err = h.alloc->resume_region(id);
+  h.check();
+  return err;
+}
+
+struct Residency {
+  std::size_t device = 0, host = 0;
+};
+
+Residency residency(Harness& h, RegionId id) {
+  Residency r;
+  h.alloc->region_residency(id, &r.device, &r.host);
+  return r;
+}
+
+std::int64_t reserved(Harness& h) { return h.stats().reserved_bytes.current; }
+
+}  // namespace
+
+TEST_CASE("allocations made inside a region go to its pool, outside it to the shared pools",
+          "[regions]") {
+  Harness h;
+  const RegionId w = region("test-weights-routing");
+  void* outside = h.get(3 * MiB, S);
+  const auto in = fill_region(h, w, {3 * MiB, 64 * KiB});
+  const DeviceState st = h.alloc->state();
+  std::size_t tagged = 0;
+  for (const SegmentState& seg : st.segments) {
+    const bool has_outside = addr(outside) >= seg.base && addr(outside) < seg.base + seg.size;
+    if (has_outside) CHECK(seg.region.empty());
+    if (seg.region == "test-weights-routing") {
+      ++tagged;
+      CHECK(seg.private_pool != 0);
+    }
+  }
+  CHECK(tagged >= 1);
+  REQUIRE(st.regions.size() == 1);
+  CHECK(st.regions[0].tag == "test-weights-routing");
+  CHECK_FALSE(st.regions[0].paused);
+  CHECK(residency(h, w).device >= 3 * MiB + 64 * KiB);
+  CHECK(residency(h, w).host == 0);
+  for (const Buffer& b : in) h.put(b.ptr);
+  h.put(outside);
+}
+
+TEST_CASE("regions nest, and a private pool created inside one belongs to it", "[regions]") {
+  Harness h;
+  const RegionId a = region("test-nest-a");
+  const RegionId b = region("test-nest-b");
+  void *pa = nullptr, *pb = nullptr, *pg = nullptr;
+  {
+    InRegion in_a(a);
+    {
+      InRegion in_b(b);
+      pb = h.get(MiB, S);
+    }
+    pa = h.get(MiB, S);
+    REQUIRE(h.alloc->create_private_pool(77) == Error::ok);  // a graph's pool, under a
+  }
+  REQUIRE(h.alloc->allocate(MiB, S, &pg, 77) == Error::ok);
+  fill_pattern(pa, MiB, 1);
+  fill_pattern(pb, MiB, 2);
+  fill_pattern(pg, MiB, 3);
+  REQUIRE(pause(h, a, false) == Error::ok);
+  CHECK(unmapped(h, pa));
+  CHECK(unmapped(h, pg));  // the graph pool sleeps with its region
+  CHECK(holds_pattern(pb, MiB, 2));  // the inner region is another region
+  REQUIRE(resume(h, a) == Error::ok);
+  CHECK(all_zero(pa, MiB));
+  CHECK(all_zero(pg, MiB));
+  CHECK(RegionTags::current() == kNoRegion);
+  CHECK(RegionTags::end() == Error::invalid_value);  // nothing begun: a clear error
+  h.put(pa);
+  h.put(pb);
+  h.put(pg);
+  REQUIRE(h.alloc->release_private_pool(77) == Error::ok);
+}
+
+TEST_CASE("pause with keep moves the region to host memory at the same addresses, and resume "
+          "brings it back", "[regions]") {
+  Harness h;
+  const RegionId w = region("test-keep");
+  void* other = h.get(5 * MiB, T);
+  fill_pattern(other, 5 * MiB, 9);
+  const auto bufs = fill_region(h, w, {40 * MiB, 3 * MiB, 100 * KiB, 700});
+  const std::size_t device_before = h.fake.used_bytes(0);
+  const std::int64_t reserved_before = reserved(h);
+  const Residency before = residency(h, w);
+  REQUIRE(before.host == 0);
+
+  std::size_t free_before = 0, free_after = 0, total = 0;
+  REQUIRE(h.alloc->memory_info(&free_before, &total) == Error::ok);
+  REQUIRE(pause(h, w, true) == Error::ok);
+  REQUIRE(h.alloc->memory_info(&free_after, &total) == Error::ok);
+  CHECK(free_after - free_before == before.device);
+  // The device memory went back to the driver: as much as the region held.
+  CHECK(device_before - h.fake.used_bytes(0) == before.device);
+  CHECK(reserved_before - reserved(h) == static_cast<std::int64_t>(before.device));
+  CHECK(residency(h, w).host == before.device);
+  CHECK(residency(h, w).device == 0);
+  for (const Buffer& b : bufs) CHECK(lives_on(h, b.ptr, b.size, Location::host));
+  // Still readable and writable at the same addresses (kernels reach host pages too).
+  CHECK(all_hold(bufs));
+  fill_pattern(bufs[1].ptr, bufs[1].size, 44);
+  CHECK(holds_pattern(other, 5 * MiB, 9));
+  const DeviceState st = h.alloc->state();
+  REQUIRE(st.regions.size() == 1);
+  CHECK(st.regions[0].paused);
+  CHECK(st.regions[0].kept);
+  CHECK(st.regions[0].host_bytes == before.device);
+
+  REQUIRE(resume(h, w) == Error::ok);
+  for (const Buffer& b : bufs) CHECK(lives_on(h, b.ptr, b.size, Location::device));
+  CHECK(holds_pattern(bufs[0].ptr, bufs[0].size, bufs[0].seed));
+  CHECK(holds_pattern(bufs[1].ptr, bufs[1].size, 44));
+  CHECK(holds_pattern(bufs[2].ptr, bufs[2].size, bufs[2].seed));
+  CHECK(h.fake.used_bytes(0) == device_before);
+  CHECK(residency(h, w).host == 0);
+  CHECK_FALSE(h.alloc->state().regions[0].paused);
+  // The host pages stay cached for the next pause, which pins nothing new.
+  const std::uint64_t host_pages = h.fake.calls(CallKind::create_physical);
+  REQUIRE(h.alloc->memory_info(&free_before, &total) == Error::ok);
+  REQUIRE(pause(h, w, true) == Error::ok);
+  CHECK(h.fake.calls(CallKind::create_physical) == host_pages);
+  REQUIRE(h.alloc->memory_info(&free_after, &total) == Error::ok);
+  CHECK(free_after - free_before == before.device);  // idle host pages are not device cache
+  REQUIRE(resume(h, w) == Error::ok);
+  CHECK(h.fake.calls(CallKind::create_physical) == host_pages + before.device / kPage);
+  REQUIRE(h.alloc->empty_cache() == Error::ok);  // gives them back
+  h.check();
+  CHECK(h.stats().host_reserved_bytes.current == 0);
+  CHECK(h.fake.host_used_bytes() == 0);
+  for (const Buffer& b : bufs) h.put(b.ptr);
+  h.put(other);
+}
+
+TEST_CASE("pause without keep drops the pages: unmapped while paused, zero after resume",
+          "[regions]") {
+  Harness h;
+  const RegionId kv = region("test-drop");
+  const auto bufs = fill_region(h, kv, {12 * MiB, 300 * KiB});
+  h.put(h.get(8 * MiB, S));  // shared cache, which memory_info counts as free throughout
+  const Residency before = residency(h, kv);
+  const std::size_t device_before = h.fake.used_bytes(0);
+  std::size_t free_before = 0, free_after = 0, device_total = 0;
+  REQUIRE(h.alloc->memory_info(&free_before, &device_total) == Error::ok);
+  REQUIRE(pause(h, kv, false) == Error::ok);
+  CHECK(device_before - h.fake.used_bytes(0) == before.device);
+  // What a program asking cudaMemGetInfo sees: the region's size more (dropped pages are
+  // not cache that could serve it).
+  REQUIRE(h.alloc->memory_info(&free_after, &device_total) == Error::ok);
+  CHECK(free_after - free_before == before.device);
+  CHECK(h.stats().dropped_bytes.current == static_cast<std::int64_t>(before.device));
+  CHECK(h.fake.host_used_bytes() == 0);
+  CHECK(residency(h, kv).device == 0);
+  CHECK(residency(h, kv).host == 0);
+  for (const Buffer& b : bufs) CHECK(unmapped(h, b.ptr));  // a touch faults, never reads junk
+  const DeviceState st = h.alloc->state();
+  std::size_t dropped = 0, total = 0;
+  for (const SegmentState& seg : st.segments) {
+    dropped += seg.dropped_bytes;
+    total += seg.size;
+    if (seg.region == "test-drop") CHECK(seg.paused);
+  }
+  CHECK(dropped == before.device);
+  // What the segments show, less what is dropped, is what is reserved.
+  CHECK(total - dropped == static_cast<std::size_t>(reserved(h) + h.stats().host_reserved_bytes.current));
+  REQUIRE(resume(h, kv) == Error::ok);
+  for (const Buffer& b : bufs) {
+    CHECK(lives_on(h, b.ptr, b.size, Location::device));
+    CHECK(all_zero(b.ptr, b.size));  // the cached pages it took held other bytes
+  }
+  CHECK(residency(h, kv).device == before.device);
+  CHECK(h.fake.used_bytes(0) <= device_before);  // idle cached pages serve first
+  CHECK(h.stats().dropped_bytes.current == 0);
+  for (const Buffer& b : bufs) h.put(b.ptr);
+}
+
+TEST_CASE("a paused region refuses new allocations and accepts frees", "[regions]") {
+  Harness h;
+  const RegionId r = region("test-refuse");
+  auto bufs = fill_region(h, r, {4 * MiB, 4 * MiB});
+  REQUIRE(pause(h, r, true) == Error::ok);
+  CHECK(pause(h, r, true) == Error::invalid_value);  // paused already
+  {
+    InRegion in(r);
+    void* p = nullptr;
+    CHECK(h.try_get(MiB, S, &p) == Error::invalid_value);
+    CHECK(p == nullptr);
+    CHECK(std::string(last_error_message()).find("paused") != std::string::npos);
+  }
+  CHECK(h.alloc->offload(bufs[0].ptr, S) == Error::invalid_value);
+  CHECK(h.alloc->prefetch(bufs[0].ptr, S) == Error::invalid_value);
+  CHECK(h.alloc->promote() == Error::ok);
+  CHECK(lives_on(h, bufs[0].ptr, bufs[0].size, Location::host));  // promote left it alone
+  h.put(bufs[0].ptr);
+  REQUIRE(resume(h, r) == Error::ok);
+  CHECK(resume(h, r) == Error::ok);  // active already: nothing to do
+  CHECK(holds_pattern(bufs[1].ptr, bufs[1].size, bufs[1].seed));
+  {
+    InRegion in(r);
+    void* p = h.get(MiB, S);
+    h.put(p);
+  }
+  h.put(bufs[1].ptr);
+}
+
+TEST_CASE("pause with keep past host_limit fails and changes nothing", "[regions]") {
+  Settings s;
+  s.host_limit = 8 * MiB;
+  Harness h(s);
+  const RegionId r = region("test-host-limit");
+  const auto bufs = fill_region(h, r, {20 * MiB});
+  const std::size_t device_before = h.fake.used_bytes(0);
+  CHECK(pause(h, r, true) == Error::out_of_memory);
+  CHECK(std::string(last_error_message()).find("host_limit") != std::string::npos);
+  CHECK(h.fake.used_bytes(0) == device_before);
+  CHECK(h.fake.host_used_bytes() == 0);
+  CHECK(lives_on(h, bufs[0].ptr, bufs[0].size, Location::device));
+  CHECK_FALSE(h.alloc->state().regions[0].paused);
+  CHECK(all_hold(bufs));
+  REQUIRE(pause(h, r, false) == Error::ok);  // dropping needs no host memory
+  REQUIRE(resume(h, r) == Error::ok);
+  h.put(bufs[0].ptr);
+}
+
+TEST_CASE("pause waits for the region's streams only when they are known", "[regions]") {
+  FakeDevice::Options o = fake_options();
+  o.manual_streams = true;
+  Harness h(Settings{}, o);
+  const RegionId r = region("test-streams");
+  const auto bufs = fill_region(h, r, {6 * MiB});
+  void* other = h.get(6 * MiB, T);
+  h.fake.enqueue_work(0, S);  // a kernel over the region
+  h.fake.enqueue_work(0, T);  // unrelated work
+  REQUIRE(pause(h, r, true) == Error::ok);
+  CHECK(h.fake.stream_idle(0, S));
+  CHECK_FALSE(h.fake.stream_idle(0, T));  // no device-wide synchronization
+  REQUIRE(resume(h, r) == Error::ok);
+  h.fake.enqueue_work(0, T);
+  REQUIRE(pause(h, r, false, /*streams_known=*/false) == Error::ok);
+  CHECK(h.fake.stream_idle(0, T));  // streams unknown (LD_PRELOAD): the whole device
+  REQUIRE(resume(h, r) == Error::ok);
+  h.fake.complete_all();
+  h.put(bufs[0].ptr);
+  h.put(other);
+}
+
+TEST_CASE("pause waits for streams a region's allocation was recorded on", "[regions]") {
+  FakeDevice::Options o = fake_options();
+  o.manual_streams = true;
+  Harness h(Settings{}, o);
+  const RegionId r = region("test-recorded");
+  const auto bufs = fill_region(h, r, {6 * MiB});
+  REQUIRE(h.alloc->record_stream(bufs[0].ptr, T) == Error::ok);
+  h.fake.enqueue_work(0, T);
+  REQUIRE(pause(h, r, true) == Error::ok);
+  CHECK(h.fake.stream_idle(0, T));
+  REQUIRE(resume(h, r) == Error::ok);
+  h.fake.complete_all();
+  h.put(bufs[0].ptr);
+}
+
+TEST_CASE("a region's freed blocks keep their pages mapped (graph replays find them)",
+          "[regions]") {
+  Harness h;
+  const RegionId r = region("test-held");
+  auto bufs = fill_region(h, r, {8 * MiB, 8 * MiB});
+  const std::uint64_t maps = h.fake.calls(CallKind::map);
+  h.put(bufs[0].ptr);
+  CHECK(lives_on(h, bufs[0].ptr, bufs[0].size, Location::device));
+  // Memory elsewhere does not take the freed region's pages.
+  void* outside = h.get(8 * MiB, S);
+  CHECK(lives_on(h, bufs[0].ptr, bufs[0].size, Location::device));
+  const bool apart =
+      addr(outside) + 8 * MiB <= addr(bufs[0].ptr) || addr(outside) >= addr(bufs[0].ptr) + 8 * MiB;
+  CHECK(apart);
+  {
+    InRegion in(r);
+    void* again = h.get(8 * MiB, S);  // reuses the freed block: no mapping call
+    CHECK(again == bufs[0].ptr);
+    bufs[0].ptr = again;
+  }
+  CHECK(h.fake.calls(CallKind::map) == maps + 4);  // only `outside`'s pages
+  h.put(outside);
+  for (const Buffer& b : bufs) h.put(b.ptr);
+  // empty_cache returns a region's wholly free memory.
+  REQUIRE(h.alloc->empty_cache() == Error::ok);
+  h.check();
+  CHECK(h.fake.used_bytes(0) == 0);
+  CHECK(residency(h, r).device == 0);
+}
+
+TEST_CASE("pausing a region this device never saw is a no-op; in plain mode it is refused",
+          "[regions]") {
+  Harness h;
+  CHECK(pause(h, region("test-never-seen"), true) == Error::ok);
+  Harness plain(plain_settings());
+  const RegionId r = region("test-plain");
+  const auto bufs = fill_region(plain, r, {4 * MiB});
+  CHECK(plain.alloc->pause_region(r, true, true) == Error::not_supported);
+  CHECK(std::string(last_error_message()).find("vmm") != std::string::npos);
+  CHECK(all_hold(bufs));
+  plain.put(bufs[0].ptr);
+}
+
+TEST_CASE("a fault in any driver call of pause or resume leaves every byte in place",
+          "[regions][faults]") {
+  const CallKind kinds[] = {CallKind::create_physical, CallKind::map, CallKind::set_access,
+                            CallKind::unmap, CallKind::copy, CallKind::release_physical,
+                            CallKind::event_record, CallKind::synchronize, CallKind::zero};
+  for (const CallKind kind : kinds) {
+    for (const int nth : {1, 2, 3, 4, 6, 8, 12}) {
+      for (const bool keep : {true, false}) {
+        for (const bool in_resume : {false, true}) {
+          INFO(device::call_kind_name(kind) << " #" << nth << (keep ? " keep" : " drop")
+                                            << (in_resume ? " in resume" : " in pause"));
+          Harness h;
+          const RegionId r = region("test-faults");
+          const auto bufs = fill_region(h, r, {9 * MiB, 200 * KiB});
+          if (in_resume) REQUIRE(pause(h, r, keep) == Error::ok);
+          h.fake.fail_call(kind, nth, device::Status::device_error);
+          const Error err = in_resume ? resume(h, r) : pause(h, r, keep);
+          h.fake.clear_faults();
+          // Kept bytes are never lost: readable now, on whichever backing each page has.
+          const bool bytes_kept = keep || (!in_resume && err != Error::ok &&
+                                           !h.alloc->state().regions[0].paused);
+          if (bytes_kept) CHECK(all_hold(bufs));
+          // Whatever happened, both calls work afterwards and end in a consistent state.
+          if (h.alloc->state().regions[0].paused) {
+            REQUIRE(resume(h, r) == Error::ok);
+          } else {
+            REQUIRE(pause(h, r, keep) == Error::ok);
+            REQUIRE(resume(h, r) == Error::ok);
+          }
+          if (keep) CHECK(all_hold(bufs));
+          for (const Buffer& b : bufs) CHECK(lives_on(h, b.ptr, b.size, Location::device));
+          for (const Buffer& b : bufs) h.put(b.ptr);
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// A word per 4 KiB: enough to tell every page's bytes apart, cheap for large regions.
+void stamp(void* p, std::size_t n, std::uint32_t seed) {
+  for (std::size_t off = 0; off + 4 <= n; off += 4096) {
+    const std::uint32_t v = seed * 2654435761u + static_cast<std::uint32_t>(off);
+    std::memcpy(static_cast<char*>(p) + off, &v, 4);
+  }
+}
+
+bool stamped(const void* p, std::size_t n, std::uint32_t seed) {
+  for (std::size_t off = 0; off + 4 <= n; off += 4096) {
+    std::uint32_t v = 0;
+    std::memcpy(&v, static_cast<const char*>(p) + off, 4);
+    if (v != seed * 2654435761u + static_cast<std::uint32_t>(off)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("a large region moves in overlapping batches, and a fault in any batch keeps every "
+          "byte", "[regions][faults]") {
+  constexpr std::size_t kBig = 150 * MiB;  // 75 pages: three batches in the pipeline
+  {
+    Harness h;
+    const RegionId r = region("test-big");
+    void* p = nullptr;
+    {
+      InRegion in(r);
+      p = h.get(kBig, S);
+    }
+    stamp(p, kBig, 5);
+    const std::size_t device_before = h.fake.used_bytes(0);
+    REQUIRE(pause(h, r, true) == Error::ok);
+    CHECK(lives_on(h, p, kBig, Location::host));
+    CHECK(device_before - h.fake.used_bytes(0) >= kBig);
+    CHECK(stamped(p, kBig, 5));
+    REQUIRE(resume(h, r) == Error::ok);
+    CHECK(lives_on(h, p, kBig, Location::device));
+    CHECK(stamped(p, kBig, 5));
+    CHECK(h.stats().page_offloads.total >= static_cast<std::int64_t>(kBig / kPage));
+    CHECK(h.stats().page_prefetches.total >= static_cast<std::int64_t>(kBig / kPage));
+    h.put(p);
+  }
+  const CallKind kinds[] = {CallKind::create_physical, CallKind::map, CallKind::unmap,
+                            CallKind::set_access, CallKind::copy, CallKind::event_record,
+                            CallKind::event_synchronize};
+  for (const CallKind kind : kinds) {
+    for (const int nth : {1, 33, 40, 70, 90, 140}) {
+      for (const bool in_resume : {false, true}) {
+        INFO(device::call_kind_name(kind) << " #" << nth << (in_resume ? " in resume" : " in pause"));
+        Harness h;
+        const RegionId r = region("test-big-faults");
+        void* p = nullptr;
+        void* q = nullptr;  // a second segment: its copies run while the first is remapped
+        {
+          InRegion in(r);
+          p = h.get(kBig, S);
+          q = h.get(64 * MiB, S);
+        }
+        stamp(p, kBig, 6);
+        stamp(q, 64 * MiB, 7);
+        if (in_resume) REQUIRE(pause(h, r, true) == Error::ok);
+        h.fake.fail_call(kind, nth, device::Status::device_error);
+        const Error err = in_resume ? resume(h, r) : pause(h, r, true);
+        h.fake.clear_faults();
+        (void)err;
+        CHECK(stamped(p, kBig, 6));  // on whichever backing each page has
+        CHECK(stamped(q, 64 * MiB, 7));
+        if (!h.alloc->state().regions[0].paused) REQUIRE(pause(h, r, true) == Error::ok);
+        REQUIRE(resume(h, r) == Error::ok);
+        CHECK(lives_on(h, p, kBig, Location::device));
+        CHECK(lives_on(h, q, 64 * MiB, Location::device));
+        CHECK(stamped(p, kBig, 6));
+        CHECK(stamped(q, 64 * MiB, 7));
+        h.put(p);
+        h.put(q);
+      }
+    }
+  }
+}
