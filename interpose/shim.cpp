@@ -119,6 +119,7 @@ void capture_beginning() noexcept {
 Allocator* allocator() {
   static const bool decided = [] {
     set_stream_visibility(stream_visibility());
+    set_interposing();
     return true;
   }();
   (void)decided;

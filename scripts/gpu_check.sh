@@ -7,7 +7,8 @@
 # tests/python/CMakeLists.txt, PyTorch's), each with its timeout; exit 77 is a skip (no GPU,
 # too few GPUs, no torch). Each belongs to a step, a label: gpu-test, bench, page-moves,
 # torch-train, torch-empty, torch-snapshot, torch-workloads, examples-pytorch, offload-adamw,
-# offload-limit, training-loop, preload, offload-preload, frameworks, sanitizer, multi-gpu.
+# offload-limit, sleep-wake, training-loop, preload, offload-preload, frameworks, sanitizer,
+# multi-gpu.
 # GPU_STEPS="NAME ..." runs only those steps; CTEST_ARGS go to ctest (-R REGEX: tests by name).
 # All of them take longer than one 10-minute device call: choose a subset.
 #

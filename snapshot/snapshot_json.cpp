@@ -36,7 +36,7 @@ json segment_json(const DeviceState& d, const SegmentState& s) {
                       {"state", block_state_name(b.kind)},
                       {"frames", json::array()}});
   }
-  return {{"device", d.device},
+  json out = {{"device", d.device},
           {"address", s.base},
           {"total_size", s.size},
           {"allocated_size", allocated},
@@ -49,6 +49,27 @@ json segment_json(const DeviceState& d, const SegmentState& s) {
           {"host_size", s.host_bytes},
           {"frames", json::array()},
           {"blocks", std::move(blocks)}};
+  if (!s.region.empty()) {
+    // A region's segment (sleep and wake): dropped bytes have no memory behind them.
+    out["region"] = s.region;
+    out["region_state"] = s.paused ? "paused" : "active";
+    out["dropped_size"] = s.dropped_bytes;
+  }
+  return out;
+}
+
+json regions_json(const DeviceState& d) {
+  json out = json::array();
+  for (const RegionState& r : d.regions) {
+    out.push_back({{"tag", r.tag},
+                   {"state", r.paused ? "paused" : "active"},
+                   {"kept", r.kept},
+                   {"device_bytes", r.device_bytes},
+                   {"host_bytes", r.host_bytes},
+                   {"dropped_bytes", r.dropped_bytes},
+                   {"segments", r.segments}});
+  }
+  return out;
 }
 
 json trace_json(const DeviceState& d) {
@@ -93,6 +114,7 @@ json device_json(const DeviceState& d) {
   return {{"device", d.device},         {"backend", d.backend},
           {"device_total", d.device_total}, {"reserve_cap", d.reserve_cap},
           {"stats", std::move(stats)},  {"slabs", std::move(slabs)},
+          {"regions", regions_json(d)},
           {"trace_events", d.trace.size()}, {"trace_dropped", d.trace_dropped}};
 }
 
@@ -108,9 +130,14 @@ json snapshot_json(const std::vector<DeviceState>& devices, const std::string& c
   json traces = json::array();
   for (int i = 0; i <= max_device; ++i) traces.push_back(json::array());
   json device_info = json::array();
+  json regions = json::array();
   for (const DeviceState& d : devices) {
     traces[static_cast<std::size_t>(d.device)] = trace_json(d);
     device_info.push_back(device_json(d));
+    for (json r : regions_json(d)) {
+      r["device"] = d.device;
+      regions.push_back(std::move(r));
+    }
   }
   const Settings settings = devices.empty() ? Settings{} : devices.front().settings;
   json allocator_settings = settings_json(settings);
@@ -128,7 +155,8 @@ json snapshot_json(const std::vector<DeviceState>& devices, const std::string& c
             {"settings", settings_json(settings)},
             {"pid", static_cast<long>(::getpid())},
             {"time_us", std::chrono::duration_cast<std::chrono::microseconds>(now).count()},
-            {"devices", std::move(device_info)}}}};
+            {"devices", std::move(device_info)},
+            {"regions", std::move(regions)}}}};
 }
 
 std::string expand_path(const std::string& path) {

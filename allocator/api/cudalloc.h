@@ -109,6 +109,44 @@ cudalloc_error_t cudalloc_promote(int device);
 /* How many bytes of the live allocation `ptr` lie in device and in host memory. */
 cudalloc_error_t cudalloc_residency(const void* ptr, size_t* device_bytes, size_t* host_bytes);
 
+/* ---- Regions: sleep and wake by tag ---------------------------------------------------
+ * A region is memory allocated while its tag is the calling thread's current one, on every
+ * device: cudalloc_region_begin(tag) makes `tag` current (nestable; tags of 1 to 255 bytes),
+ * cudalloc_region_end() returns to the enclosing one (the default, untagged region at the
+ * outside). Requests of other threads, and requests routed to a private pool, are not
+ * affected, except that a private pool (a CUDA graph's, a MemPool) created while a tag is
+ * current belongs to that region. Under LD_PRELOAD this tags the segments that the
+ * program's own allocator (PyTorch's caching allocator, say) takes with cudaMalloc.
+ *
+ * cudalloc_pause waits for the work that uses the region (with the PyTorch integration or
+ * this API: the region's streams and those named by record_stream; under LD_PRELOAD, where
+ * any stream may use it, the whole device), then gives its device memory back to the driver
+ * (free memory rises by the region's size) and keeps its addresses reserved:
+ *   keep_contents != 0  its bytes move to host memory, mapped at the same addresses: kernels
+ *                       still read and write them, over the bus. host_limit applies: when the
+ *                       host has no room pause fails with CUDALLOC_ERROR_MEMORY_ALLOCATION
+ *                       before changing anything;
+ *   keep_contents == 0  its bytes are dropped and its addresses unmapped: a kernel that
+ *                       touches them faults with cudaErrorIllegalAddress (a sticky error,
+ *                       as any access to unmapped memory), never reads stale bytes.
+ * cudalloc_resume maps device memory at the same addresses and restores the kept bytes;
+ * dropped memory comes back zeroed. CUDA graphs captured over the region replay unchanged
+ * after resume. While paused, an allocation in the region fails
+ * (CUDALLOC_ERROR_INVALID_VALUE) and frees are accepted. Pausing needs paged memory (vmm:1,
+ * the default): CUDALLOC_ERROR_NOT_SUPPORTED in plain segments and for memory shared with
+ * another process. A driver failure part way leaves every page on its old or its new backing
+ * with its bytes; the call may be repeated. A tag that no allocation used is
+ * CUDALLOC_ERROR_INVALID_VALUE. */
+cudalloc_error_t cudalloc_region_begin(const char* tag);
+cudalloc_error_t cudalloc_region_end(void);
+cudalloc_error_t cudalloc_pause(const char* tag, int keep_contents);
+cudalloc_error_t cudalloc_resume(const char* tag);
+/* Bytes of the region's memory on the devices and on the host (both 0 when dropped). */
+cudalloc_error_t cudalloc_region_residency(const char* tag, size_t* device_bytes,
+                                           size_t* host_bytes);
+/* *paused: 1 while the region is paused, else 0. */
+cudalloc_error_t cudalloc_region_paused(const char* tag, int* paused);
+
 /* ---- PyTorch CUDAPluggableAllocator entry points (exactly its ABI) -------------------- */
 /* torch.cuda.memory.CUDAPluggableAllocator(path, "cudalloc_malloc", "cudalloc_free").
  * For PyTorch (a C++ caller) only: PyTorch does not check the result for NULL, so on failure

@@ -72,6 +72,13 @@ const std::string& process_conf() { return g_conf; }
 
 void set_stream_visibility(StreamVisibility visibility) { g_visibility.store(visibility); }
 
+namespace {
+std::atomic<bool> g_interposing{false};
+}  // namespace
+
+void set_interposing() { g_interposing.store(true); }
+bool interposing() { return g_interposing.load(); }
+
 void set_out_of_memory_hook(OutOfMemoryHook hook) { g_oom_hook.store(hook); }
 
 OutOfMemoryHook out_of_memory_hook() { return g_oom_hook.load(); }

@@ -21,6 +21,10 @@ std::string device_choice_warning(const char* choice);
 // created: the interposer sets all_seen where it can watch every stream's creation. Later
 // calls change nothing.
 void set_stream_visibility(StreamVisibility visibility);
+// Whether the allocator serves an interposed CUDA API (LD_PRELOAD): its memory may then be
+// used by any stream, seen or not, and waiting for a region's work means the whole device.
+void set_interposing();
+bool interposing();
 // The CUDALLOC_CONF text the allocator was configured from ("" if unset).
 const std::string& process_conf();
 

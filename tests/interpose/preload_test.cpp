@@ -10,6 +10,8 @@
 //   preload_test oom PATH  an allocation past the limit fails and snapshot_on_oom wrote PATH
 //   preload_test ipc       CUDA IPC of paged memory through the runtime and the driver
 //   preload_test hidden_runtime  a runtime linked into the program is noticed
+//   preload_test regions   cudaMalloc inside a region of the preloaded C API: pause keeps or
+//                          drops the bytes at the same address, resume brings them back
 //   preload_test capture   stream-ordered calls on a stream being captured reach the driver
 //                          (graph memory nodes); memory of cudalloc freed in a capture stays
 #include <cuda.h>
@@ -438,6 +440,54 @@ int ipc_paths() {
   return 0;
 }
 
+template <typename F>
+F preloaded(const char* name) {
+  return reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
+}
+
+// Beneath a program's own allocator (what PyTorch's caching allocator does under LD_PRELOAD):
+// the segments it takes with cudaMalloc inside a region sleep and wake with it.
+void region_paths() {
+  auto begin = preloaded<int (*)(const char*)>("cudalloc_region_begin");
+  auto end = preloaded<int (*)()>("cudalloc_region_end");
+  auto pause = preloaded<int (*)(const char*, int)>("cudalloc_pause");
+  auto resume = preloaded<int (*)(const char*)>("cudalloc_resume");
+  auto residency =
+      preloaded<int (*)(const char*, std::size_t*, std::size_t*)>("cudalloc_region_residency");
+  if (!begin || !end || !pause || !resume || !residency) {
+    check(false, "regions: the preload library exports the region calls");
+    return;
+  }
+  const std::size_t n = 20u << 20;
+  void* weights = nullptr;
+  void* cache = nullptr;
+  void* outside = nullptr;
+  check(begin("weights") == 0 && cudaMalloc(&weights, n) == cudaSuccess && end() == 0,
+        "regions: cudaMalloc inside region weights");
+  check(begin("cache") == 0 && cudaMalloc(&cache, n) == cudaSuccess && end() == 0,
+        "regions: cudaMalloc inside region cache");
+  check(cudaMalloc(&outside, n) == cudaSuccess, "regions: cudaMalloc outside");
+  std::memset(weights, 0x11, n);
+  std::memset(cache, 0x22, n);
+  std::memset(outside, 0x33, n);
+  std::size_t dev = 0, host = 0;
+  check(pause("weights", 1) == 0 && residency("weights", &dev, &host) == 0 && dev == 0 &&
+            host >= n, "regions: paused with keep, the bytes are on the host");
+  check(static_cast<unsigned char*>(weights)[n - 1] == 0x11, "regions: readable while paused");
+  check(pause("cache", 0) == 0 && residency("cache", &dev, &host) == 0 && dev == 0 && host == 0,
+        "regions: paused without keep, nothing is resident");
+  check(static_cast<unsigned char*>(outside)[n / 2] == 0x33, "regions: other memory untouched");
+  check(resume("weights") == 0 && resume("cache") == 0, "regions: resume");
+  check(static_cast<unsigned char*>(weights)[0] == 0x11 &&
+            static_cast<unsigned char*>(weights)[n - 1] == 0x11,
+        "regions: kept bytes back at the same address");
+  check(static_cast<unsigned char*>(cache)[0] == 0 && static_cast<unsigned char*>(cache)[n - 1] == 0,
+        "regions: dropped memory comes back zeroed");
+  check(pause("never-used", 1) != 0, "regions: an unknown tag is an error");
+  check(cudaFree(weights) == cudaSuccess && cudaFree(cache) == cudaSuccess &&
+            cudaFree(outside) == cudaSuccess, "regions: frees");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -469,6 +519,10 @@ int main(int argc, char** argv) {
     check(validate && validate(-1) == 0, "invariants hold");
   } else if (mode == "ipc") {
     if (ipc_paths() == 77) return 77;
+    auto validate = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "cudalloc_validate"));
+    check(validate && validate(-1) == 0, "invariants hold");
+  } else if (mode == "regions") {
+    region_paths();
     auto validate = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "cudalloc_validate"));
     check(validate && validate(-1) == 0, "invariants hold");
   } else if (mode == "capture") {

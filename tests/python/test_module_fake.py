@@ -323,5 +323,64 @@ def main():
     return 0 if program.result.wasSuccessful() else 1
 
 
+class RegionsTest(unittest.TestCase):
+    """Sleep and wake: region(), pause(), resume(), region_residency(), is_paused()."""
+
+    def test_pause_keep_and_resume_keep_bytes_and_addresses(self):
+        with cudalloc.region("py-weights"):
+            ptr = allocate(6 * MIB)
+        ctypes.memset(ptr, 0x5A, 6 * MIB)
+        device, host = cudalloc.region_residency("py-weights")
+        self.assertGreaterEqual(device, 6 * MIB)
+        self.assertEqual(host, 0)
+        before = cudalloc.stats()["reserved_bytes"]["current"]
+        cudalloc.pause("py-weights", keep=True)
+        self.assertTrue(cudalloc.is_paused("py-weights"))
+        self.assertEqual(cudalloc.region_residency("py-weights"), (0, device))
+        self.assertEqual(before - cudalloc.stats()["reserved_bytes"]["current"], device)
+        self.assertEqual(ctypes.string_at(ptr, 16), b"\x5a" * 16)  # host pages, same address
+        snap = cudalloc.snapshot()
+        regions = {r["tag"]: r for r in snap["cudalloc"]["regions"]}
+        self.assertEqual(regions["py-weights"]["state"], "paused")
+        self.assertEqual(regions["py-weights"]["host_bytes"], device)
+        cudalloc.resume("py-weights")
+        self.assertFalse(cudalloc.is_paused("py-weights"))
+        self.assertEqual(cudalloc.region_residency("py-weights"), (device, 0))
+        self.assertEqual(ctypes.string_at(ptr + 6 * MIB - 16, 16), b"\x5a" * 16)
+        free(ptr)
+
+    def test_dropped_region_comes_back_zeroed(self):
+        with cudalloc.region("py-cache"):
+            ptr = allocate(3 * MIB)
+        ctypes.memset(ptr, 0x33, 3 * MIB)
+        cudalloc.pause("py-cache", keep=False)
+        self.assertEqual(cudalloc.region_residency("py-cache"), (0, 0))
+        cudalloc.resume("py-cache")
+        self.assertEqual(ctypes.string_at(ptr, 64), b"\0" * 64)
+        free(ptr)
+
+    def test_misuse_raises_with_the_library_message(self):
+        with self.assertRaises(cudalloc.CudallocError) as ctx:
+            cudalloc.pause("py-never-used")
+        self.assertEqual(ctx.exception.code, INVALID_VALUE)
+        self.assertIn("py-never-used", str(ctx.exception))
+        with self.assertRaises(TypeError):
+            cudalloc.pause(3)
+        with self.assertRaises(cudalloc.CudallocError):
+            with cudalloc.region(""):
+                pass
+        with cudalloc.region("py-twice"):
+            ptr = allocate(MIB)
+        cudalloc.pause("py-twice", keep=False)
+        with self.assertRaises(cudalloc.CudallocError) as ctx:
+            cudalloc.pause("py-twice", keep=False)
+        self.assertIn("paused already", str(ctx.exception))
+        with cudalloc.region("py-twice"):
+            with self.assertRaises(cudalloc.CudallocError):
+                allocate(MIB)  # a paused region takes no new memory
+        free(ptr)  # frees are accepted while paused
+        cudalloc.resume("py-twice")
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -102,6 +102,8 @@ json segment_json(const json& seg, const std::vector<Block>& blocks) {
           {"location", segment_location(seg)},
           {"host_bytes", segment_host_bytes(seg)},
           {"pages", pages_json(seg)},
+          {"region", text("region", "")},
+          {"paused", text("region_state", "") == "paused"},
           {"blocks", std::move(rows)}};
 }
 

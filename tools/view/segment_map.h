@@ -5,7 +5,8 @@
 //   0 allocated, 1 pending free (freed, waiting for stream events), 2 free (cached),
 //   3 slab object (allocated inside one of cudalloc's slabs)
 // Optional segment fields, drawn when present: "is_expandable", "location" ("host" for a
-// host-memory tier), "pages" ([{address, size, mapped}] of a virtual-memory segment).
+// host-memory tier), "pages" ([{address, size, mapped}] of a virtual-memory segment),
+// "region" and "region_state" (a sleep-and-wake region's tag; "paused" is coloured apart).
 #pragma once
 
 #include <cstddef>

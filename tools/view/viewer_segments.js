@@ -29,6 +29,7 @@ function stateColours() {
   return {
     states: STATE_VARS.map(cssVar),
     host: cssVar("--state-host"),
+    paused: cssVar("--state-paused"),
     mapped: cssVar("--page-mapped"),
     unmapped: cssVar("--page-unmapped"),
   };
@@ -61,6 +62,7 @@ function forEachPiece(layout, begin, end, paint) {
 }
 
 function blockColour(segment, block, colours) {
+  if (segment.paused && block[2] !== 2) return colours.paused;
   if (segment.location === "host" && block[2] !== 2) return colours.host;
   return colours.states[block[2]] || colours.states[2];
 }
@@ -130,7 +132,8 @@ function blockAt(segment, offset) {
 }
 
 function blockLines(segment, block, sites) {
-  const state = segment.location === "host" && block[2] !== 2 ? "host tier" : STATE_NAMES[block[2]];
+  let state = segment.location === "host" && block[2] !== 2 ? "host tier" : STATE_NAMES[block[2]];
+  if (segment.paused && block[2] !== 2) state += " (region " + segment.region + " paused)";
   const lines = ["block    " + addHex(segment.address, block[0]),
                  "size     " + formatBytes(block[1]) + (block[3] ? " (requested " + formatBytes(block[3]) + ")" : ""),
                  "state    " + state];
@@ -144,7 +147,8 @@ function blockLines(segment, block, sites) {
 function segmentLine(segment) {
   return "segment  " + segment.address + ", " + formatBytes(segment.size) +
          (segment.type ? " " + segment.type : "") + (segment.expandable ? ", expandable" : "") +
-         (segment.location !== "device" ? ", " + segment.location : "");
+         (segment.location !== "device" ? ", " + segment.location : "") +
+         (segment.region ? ", region " + segment.region + (segment.paused ? " (paused)" : "") : "");
 }
 
 function describePoint(segments, sites, point) {
@@ -160,6 +164,7 @@ function describePoint(segments, sites, point) {
 function mapLegend(segments, colours) {
   const entries = STATE_NAMES.map((name, i) => [name, colours.states[i]]);
   if (segments.some((s) => s.location === "host")) entries.push(["host tier", colours.host]);
+  if (segments.some((s) => s.paused)) entries.push(["paused region", colours.paused]);
   if (segments.some((s) => s.pages.some((p) => p[2]))) entries.push(["mapped page", colours.mapped]);
   if (segments.some((s) => s.pages.some((p) => !p[2]))) {
     entries.push(["unmapped virtual range", colours.unmapped]);

@@ -37,8 +37,9 @@ tensor throughout; no kernel may use it while the call runs::
     cudalloc.offload_optimizer_state(opt)    # off the device for forward and backward
 """
 
-# The public names live in four modules: _capi (the C API: loading, control, statistics,
-# snapshots), torch (enable() into PyTorch), offload (the host tier) and summary.
+# The public names live in five modules: _capi (the C API: loading, control, statistics,
+# snapshots), torch (enable() into PyTorch), offload (the host tier), regions (sleep and
+# wake) and summary.
 from ._capi import (API_VERSION, LIBRARY_NAME, MAX_STATS, CudallocError, cli_path,
                     device_count, dump_snapshot, empty_cache, library_path, preload_path,
                     reset_peak_stats, set_memory_fraction,
@@ -46,6 +47,7 @@ from ._capi import (API_VERSION, LIBRARY_NAME, MAX_STATS, CudallocError, cli_pat
                     validate, version)
 from .offload import (offload, offload_optimizer_state, prefetch, prefetch_optimizer_state,
                       promote, residency)
+from .regions import is_paused, pause, region, region_residency, resume
 from .summary import memory_summary
 from .torch import TooLateError, adapter_path, enable, is_enabled, mode
 
@@ -59,4 +61,5 @@ __all__ = [
     "set_memory_limit", "validate", "version", "device_count", "memory_summary",
     "snapshot", "dump_snapshot", "offload", "prefetch", "promote", "residency",
     "offload_optimizer_state", "prefetch_optimizer_state",
+    "region", "pause", "resume", "region_residency", "is_paused",
 ]

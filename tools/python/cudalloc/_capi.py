@@ -60,6 +60,13 @@ _SIGNATURES = {  # name: (restype, argtypes); cudalloc_error_t is an int-sized e
     "cudalloc_promote": (_c.c_int, [_c.c_int]),
     "cudalloc_residency": (_c.c_int, [_c.c_void_p, _c.POINTER(_c.c_size_t),
                                       _c.POINTER(_c.c_size_t)]),
+    "cudalloc_region_begin": (_c.c_int, [_c.c_char_p]),
+    "cudalloc_region_end": (_c.c_int, []),
+    "cudalloc_pause": (_c.c_int, [_c.c_char_p, _c.c_int]),
+    "cudalloc_resume": (_c.c_int, [_c.c_char_p]),
+    "cudalloc_region_residency": (_c.c_int, [_c.c_char_p, _c.POINTER(_c.c_size_t),
+                                             _c.POINTER(_c.c_size_t)]),
+    "cudalloc_region_paused": (_c.c_int, [_c.c_char_p, _c.POINTER(_c.c_int)]),
     "cudalloc_torch_init": (None, [_c.c_int]),
     "cudalloc_torch_reset": (None, []),
     "cudalloc_torch_memory_fraction": (None, [_c.c_double, _c.c_int]),
@@ -72,8 +79,26 @@ _state = {"lib": None, "path": None, "names": None}
 
 # ---- Loading --------------------------------------------------------------------------
 
+def _preloaded():
+    """The path of libcudalloc_preload.so when this process runs under it (LD_PRELOAD): its C
+    API is the allocator that serves the program, so the module must speak to that one."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rstrip("\n").split(" ")[-1]
+                if os.path.basename(path) == PRELOAD_NAME:
+                    return path
+    except OSError:
+        pass
+    return None
+
+
 def _candidates():
     """Yields (what, is_file) in the order to try; the loader is asked only if reached."""
+    preloaded = _preloaded()  # first: any other copy would be a second, idle allocator
+    if preloaded:
+        yield preloaded, True
+        return
     env = os.environ.get("CUDALLOC_LIBRARY")
     if env:
         yield env, True
