@@ -51,10 +51,17 @@ cudalloc_error_t cudalloc_pause(const char* tag, int keep_contents) {
     if (const Error err = known_region("pause", tag, &id); err != Error::ok) return err;
     const bool streams_known = !interposing();
     Error result = Error::ok;
+    bool any_active = false;
     process_allocator().for_each_device([&](DeviceAllocator& d) {
-      if (result != Error::ok) return;  // devices after a failure are left as they are
+      // Devices paused by an earlier call that failed on a later device are left as they
+      // are, so that the call can be repeated; devices after a failure are not touched.
+      if (result != Error::ok || !d.knows_region(id) || d.region_paused(id)) return;
+      any_active = true;
       result = d.pause_region(id, keep_contents != 0, streams_known);
     });
+    if (result == Error::ok && !any_active) {
+      return fail(Error::invalid_value, "pause of region \"%s\": it is paused already", tag);
+    }
     return result;
   });
 }

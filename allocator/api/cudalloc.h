@@ -135,7 +135,9 @@ cudalloc_error_t cudalloc_residency(const void* ptr, size_t* device_bytes, size_
  * (CUDALLOC_ERROR_INVALID_VALUE) and frees are accepted. Pausing needs paged memory (vmm:1,
  * the default): CUDALLOC_ERROR_NOT_SUPPORTED in plain segments and for memory shared with
  * another process. A driver failure part way leaves every page on its old or its new backing
- * with its bytes; the call may be repeated. A tag that no allocation used is
+ * with its bytes: a region whose keep failed stays active (pause may be repeated), one whose
+ * drop or resume failed is paused (resume may be repeated); with several devices, pause
+ * skips those already paused. A tag that no allocation used is
  * CUDALLOC_ERROR_INVALID_VALUE. */
 cudalloc_error_t cudalloc_region_begin(const char* tag);
 cudalloc_error_t cudalloc_region_end(void);

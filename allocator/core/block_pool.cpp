@@ -175,6 +175,8 @@ Error BlockPool::new_held_segment(StreamPool& pool, std::size_t size, const Requ
   seg->held = true;
   // The hold: every page gets its one user now, mapped and accessible until pause or release.
   if (const Error err = mapper_->use(*seg, va, bytes, request); err != Error::ok) {
+    // use() left idle pages it claimed mapped here (their mappings unused): remove them.
+    mapper_->unmap_unused(*seg, 0, seg->pages.size());
     pool.segments.pop_back();
     recycle_block(seg->first);
     delete seg;

@@ -114,9 +114,10 @@ Error Migrator::queue_copies_to_host(SegmentMove& m, StreamHandle stream) {
     std::vector<PhysicalPage*> got;
     err = acquire_targets(count, Location::host, Extent::all, got);
     if (err != Error::ok) break;
-    // Later users of these pages wait for the copies (they may be given back unused).
-    for (PhysicalPage* p : got) p->last_pool = m.pages[at]->segment->pool;
+    // The copies come after the pages' last users; later users wait for the copies (the
+    // pages may be given back unused).
     order_after_last_users(got, stream);
+    for (PhysicalPage* p : got) p->last_pool = m.pages[at]->segment->pool;
     m.fresh.insert(m.fresh.end(), got.begin(), got.end());
     if (std::any_of(got.begin(), got.end(), homeless)) {
       m.plain = true;

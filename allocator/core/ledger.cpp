@@ -14,7 +14,8 @@ void Ledger::forget_everything() {
                       &stats_.active_bytes, &stats_.active_count, &stats_.reserved_bytes,
                       &stats_.reserved_count, &stats_.cached_bytes, &stats_.cached_count,
                       &stats_.slab_bytes, &stats_.slab_count, &stats_.mapped_bytes,
-                      &stats_.host_reserved_bytes, &stats_.host_active_bytes}) {
+                      &stats_.host_reserved_bytes, &stats_.host_active_bytes,
+                      &stats_.dropped_bytes}) {
     gauge->current = 0;
   }
 }

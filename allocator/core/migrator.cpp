@@ -292,7 +292,9 @@ void Migrator::residency(const AllocationSpan& span, std::size_t* device_bytes,
     const std::uintptr_t start = seg.base + i * page_size;
     const std::size_t lo = std::max(start, span.addr);
     const std::size_t hi = std::min(start + page_size, span.addr + span.size);
-    (seg.pages[i].phys->host ? *host_bytes : *device_bytes) += hi - lo;
+    const PhysicalPage* phys = seg.pages[i].phys;
+    if (phys == nullptr) continue;  // a paused region's dropped page: no memory behind it
+    (phys->host ? *host_bytes : *device_bytes) += hi - lo;
   }
 }
 

@@ -306,6 +306,15 @@ Error PageMapper::evict(Page& page) {
   return Error::ok;
 }
 
+void PageMapper::unmap_unused(Segment& seg, std::size_t first, std::size_t count) {
+  for (std::size_t i = first; i < first + count && i < seg.pages.size(); ++i) {
+    Page& page = seg.pages[i];
+    if (page.phys != nullptr && page.users == 0 && unmap_now(page) != Error::ok) {
+      log().warn("device {}: {}", ordinal_, last_error_message());
+    }
+  }
+}
+
 bool PageMapper::release_hold(Segment& seg) {
   bool unmapped = true;
   for (Page& page : seg.pages) {

@@ -119,6 +119,9 @@ class PageMapper {
   // at pages without users) goes back to the driver; false if it stays idle.
   Error evict(Page& page);
   bool release_vacated(PhysicalPage& phys);
+  // Unmaps the pages of [first, first + count) of `seg` that are mapped without users: idle
+  // pages a failed use() claimed for a held segment, whose mappings no work has seen.
+  void unmap_unused(Segment& seg, std::size_t first, std::size_t count);
   // The hold of a held segment ends after a device synchronization: every page loses its
   // user and is unmapped, its physical page idle. False if an unmap failed (that page stays
   // mapped, without users).

@@ -229,6 +229,10 @@ Error DeviceAllocator::restore_private_pool(PoolId id,
       return fail(Error::invalid_value, "device %d: restore of private pool %llu, which is not "
                   "in use", ordinal_, static_cast<unsigned long long>(id));
     }
+    if (regions_.paused(regions_.region_of(id))) {
+      return fail(Error::invalid_value, "device %d: restore of private pool %llu, whose region "
+                  "is paused: resume it first", ordinal_, static_cast<unsigned long long>(id));
+    }
     // Checked before anything changes: each allocation lies in one of the pool's segments,
     // in address order, without overlap (all of the pool is free once its live ones go).
     std::vector<Segment*> homes;

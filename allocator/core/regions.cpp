@@ -67,7 +67,12 @@ Error DeviceAllocator::wait_for_region(RegionId id, bool streams_known) {
     const Segment* seg = p.owner.segment();
     frees_waiting = frees_waiting || regions_.region_of(seg->pool->private_id) == id;
   });
-  if (!streams_known || frees_waiting) {
+  // A CUDA graph's pool is used by its replays, on whatever stream they were launched:
+  // those streams are not the pool's, so only the device proves them done.
+  const std::vector<PoolId> pools = regions_.pools_of(id);
+  const bool graph_pools = std::any_of(pools.begin(), pools.end(),
+                                       [&](PoolId p) { return p != Regions::own_pool(id); });
+  if (!streams_known || frees_waiting || graph_pools) {
     if (!sync_.synchronize_device()) {
       return fail(Error::device_error, "device %d: pause: synchronizing the device failed: %s",
                   ordinal_, device_.last_failure());
@@ -131,14 +136,19 @@ Error DeviceAllocator::rehold_dropped(Segment& seg, bool* zeroed) {
     while (end < seg.pages.size() && seg.pages[end].users == 0) ++end;
     const std::uintptr_t va = seg.base + i * page_size;
     const std::size_t bytes = (end - i) * page_size;
-    if (const Error err = mapper_.use(seg, va, bytes, Request{}); err != Error::ok) return err;
+    if (const Error err = mapper_.use(seg, va, bytes, Request{}); err != Error::ok) {
+      mapper_.unmap_unused(seg, i, end - i);  // a dropped page stays unmapped: a touch faults
+      return err;
+    }
     ledger_.page_restored(bytes);
-    *zeroed = true;
     if (device_.zero(ordinal_, va, bytes, seg.pool->stream) != device::Status::ok) {
+      // Not zeroed, so not restored: dropped again, the next resume zeroes it.
+      for (std::size_t k = i; k < end; ++k) mapper_.evict(seg.pages[k]);
       return fail(Error::device_error, "device %d: resume: zeroing %s at %#zx failed: %s",
                   ordinal_, format_bytes(bytes).c_str(), static_cast<std::size_t>(va),
                   device_.last_failure());
     }
+    *zeroed = true;
     i = end;
   }
   return Error::ok;

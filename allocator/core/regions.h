@@ -11,7 +11,8 @@
 //
 // pause(keep) and resume are the only operations that change a held segment's backing:
 //   pause   waits for the work that used the region (its pools' streams and the streams its
-//           live blocks were recorded on; the whole device when streams may be unseen), then
+//           live blocks were recorded on; the whole device when streams may be unseen or a
+//           CUDA graph's pool belongs to it, whose replays run on any stream), then
 //           per segment either moves every page to a host-located page at the same address
 //           (keep: kernels still read and write it, over the bus) or unmaps it (drop: a kernel
 //           that touches it faults with an illegal address, which CUDA reports as an error),
@@ -25,8 +26,8 @@
 // and promotion, offload and prefetch leave the region alone. keep checks host_limit for the
 // whole region first: pause fails before changing anything when the host has no room.
 // A failure part way leaves every page on its old or its new backing with its bytes (the
-// migrator's guarantee); the region is then paused only if some page was dropped, and
-// either call may be repeated.
+// migrator's guarantee); the region is then paused only if some page was dropped: after a
+// failed keep pause may be repeated, after a failed drop or resume, resume.
 //
 // This object only records tags, states and which pools are whose; DeviceAllocator
 // (regions.cpp) moves the memory. Not thread-safe: the device allocator's lock guards it.

@@ -511,3 +511,69 @@ TEST_CASE("a large region moves in overlapping batches, and a fault in any batch
     }
   }
 }
+
+TEST_CASE("a held segment that cannot be backed leaves no page mapped", "[regions][faults]") {
+  Harness h;
+  const RegionId r = region("test-held-fail");
+  h.put(h.get(8 * MiB, S));  // four idle pages, which the held segment takes first
+  h.fake.fail_call(CallKind::create_physical, 1, device::Status::out_of_memory, 1000);
+  {
+    InRegion in(r);
+    void* p = nullptr;
+    CHECK(h.try_get(12 * MiB, S, &p) == Error::out_of_memory);  // check() validates
+    CHECK(p == nullptr);
+  }
+  h.fake.clear_faults();
+  {
+    InRegion in(r);
+    void* p = h.get(12 * MiB, S);
+    h.put(p);
+  }
+}
+
+TEST_CASE("a dropped region answers residency, refuses a pool restore, and survives reset",
+          "[regions]") {
+  Harness h;
+  const RegionId r = region("test-dropped-queries");
+  void* own = nullptr;
+  void* graph = nullptr;
+  std::vector<PoolAllocation> checkpoint;
+  {
+    InRegion in(r);
+    own = h.get(6 * MiB, S);
+    REQUIRE(h.alloc->create_private_pool(91) == Error::ok);
+  }
+  REQUIRE(h.alloc->allocate(4 * MiB, S, &graph, 91) == Error::ok);
+  REQUIRE(h.alloc->checkpoint_private_pool(91, &checkpoint) == Error::ok);
+  REQUIRE(pause(h, r, false) == Error::ok);
+  std::size_t dev = 1, host = 1;
+  REQUIRE(h.alloc->residency(own, &dev, &host) == Error::ok);
+  CHECK(dev == 0);
+  CHECK(host == 0);
+  std::vector<std::uintptr_t> freed;
+  CHECK(h.alloc->restore_private_pool(91, checkpoint, &freed) == Error::invalid_value);
+  h.check();
+  REQUIRE(h.alloc->reset() == Error::ok);
+  h.check();
+  CHECK(h.stats().dropped_bytes.current == 0);
+}
+
+TEST_CASE("a region with a graph's pool waits for the device (replays run on any stream)",
+          "[regions]") {
+  FakeDevice::Options o = fake_options();
+  o.manual_streams = true;
+  Harness h(Settings{}, o);
+  const RegionId r = region("test-graph-wait");
+  void* p = nullptr;
+  {
+    InRegion in(r);
+    REQUIRE(h.alloc->create_private_pool(92) == Error::ok);
+  }
+  REQUIRE(h.alloc->allocate(4 * MiB, S, &p, 92) == Error::ok);
+  h.fake.enqueue_work(0, T);  // a replay launched on another stream
+  REQUIRE(pause(h, r, true) == Error::ok);
+  CHECK(h.fake.stream_idle(0, T));
+  REQUIRE(resume(h, r) == Error::ok);
+  h.put(p);
+  REQUIRE(h.alloc->release_private_pool(92) == Error::ok);
+}
