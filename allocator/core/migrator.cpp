@@ -161,24 +161,9 @@ Error Migrator::prepare_targets(const std::vector<PhysicalPage*>& fresh, StreamH
 
 Error Migrator::copy_pages(const std::vector<Page*>& pages,
                            const std::vector<std::uintptr_t>& targets, StreamHandle stream) {
-  const std::size_t page_size = mapper_.page_size();
-  // Consecutive pages whose targets are consecutive too are one copy.
-  for (std::size_t k = 0; k < pages.size();) {
-    std::size_t end = k + 1;
-    while (end < pages.size() &&
-           mapper_.address_of(*pages[end]) == mapper_.address_of(*pages[end - 1]) + page_size &&
-           targets[end] == targets[end - 1] + page_size) {
-      ++end;
-    }
-    const auto status = device_.copy(ordinal_, targets[k], mapper_.address_of(*pages[k]),
-                                     (end - k) * page_size, stream);
-    if (status != device::Status::ok) {
-      return fail(Error::device_error, "device %d: copying pages for a move failed: %s %s",
-                  ordinal_, device::status_name(status), device_.last_failure());
-    }
-    k = end;
-  }
-  return Error::ok;
+  std::vector<std::uintptr_t> sources(pages.size());
+  for (std::size_t k = 0; k < pages.size(); ++k) sources[k] = mapper_.address_of(*pages[k]);
+  return copy_runs(targets, sources, stream);  // one copy per run consecutive on both sides
 }
 
 Error Migrator::swap_run(const std::vector<Page*>& pages, const std::vector<PhysicalPage*>& fresh,
