@@ -5,6 +5,8 @@
 # inside, which imports and runs with no environment variable.
 #   check_install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
+# Pipelines end in grep without -q: grep -q stops reading at the first match, its writer then
+# dies of SIGPIPE, and pipefail would fail a check that matched.
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
 tmp=$(mktemp -d /tmp/cudalloc-install.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -24,9 +26,9 @@ for f in include/cudalloc/cudalloc.h "${libdir#$prefix/}/cmake/cudalloc/cudalloc
 done
 pass "installed: header, CMake package, pkg-config file, libraries, CLI"
 
-readelf -d "$lib" | grep -q 'SONAME.*libcudalloc.so.0' || fail "SONAME is not libcudalloc.so.0"
-objdump -T "$lib" | grep -Eq 'CUDALLOC_0 +cudalloc_allocate$' || fail "cudalloc_allocate is not versioned CUDALLOC_0"
-if objdump -T "$lib" | awk '$NF !~ /^cudalloc_/ && $4 == ".text"' | grep -q .; then
+readelf -d "$lib" | grep 'SONAME.*libcudalloc.so.0' >/dev/null || fail "SONAME is not libcudalloc.so.0"
+objdump -T "$lib" | grep -E 'CUDALLOC_0 +cudalloc_allocate$' >/dev/null || fail "cudalloc_allocate is not versioned CUDALLOC_0"
+if objdump -T "$lib" | awk '$NF !~ /^cudalloc_/ && $4 == ".text"' | grep . >/dev/null; then
   fail "libcudalloc.so exports more than the C API"
 fi
 pass "ABI: SONAME libcudalloc.so.0, symbols versioned CUDALLOC_0, only cudalloc_*"
@@ -34,7 +36,7 @@ pass "ABI: SONAME libcudalloc.so.0, symbols versioned CUDALLOC_0, only cudalloc_
 cmake -S "$src/examples/downstream" -B "$tmp/ds" -DCMAKE_PREFIX_PATH="$prefix" > "$tmp/ds.log" ||
   { cat "$tmp/ds.log"; fail "find_package(cudalloc) in a downstream project"; }
 cmake --build "$tmp/ds" > "$tmp/ds-build.log" || { cat "$tmp/ds-build.log"; fail "downstream build"; }
-"$tmp/ds/downstream" | tee "$tmp/ds.out" | grep -q "ok$" || fail "downstream program"
+"$tmp/ds/downstream" | tee "$tmp/ds.out" | grep "ok$" >/dev/null || fail "downstream program"
 grep -q "preload library: $prefix" "$tmp/ds.out" || fail "cudalloc::preload points into the prefix"
 pass "find_package(cudalloc 0.1) and cudalloc::cudalloc: built and ran"
 if cmake -S "$src/examples/downstream" -B "$tmp/ds-wrong" -DCMAKE_PREFIX_PATH="$prefix" \
@@ -46,7 +48,7 @@ pass "find_package(cudalloc 0.2) refuses 0.1 (another ABI)"
 if command -v pkg-config > /dev/null; then
   flags=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs cudalloc)
   cc "$src/examples/downstream/main.c" $flags -Wl,-rpath,"$libdir" -o "$tmp/pc"
-  "$tmp/pc" | grep -q "ok$" || fail "the pkg-config build"
+  "$tmp/pc" | grep "ok$" >/dev/null || fail "the pkg-config build"
   pass "pkg-config --cflags --libs cudalloc: built and ran"
 else
   echo "SKIP pkg-config (not installed)"
@@ -81,8 +83,8 @@ assert cudalloc.stats()["allocated_bytes"]["current"] == 0
 print("import cudalloc: library and preload library inside the package")
 PY
 ) || fail "import cudalloc from the wheel"
-(cd "$tmp" && PYTHONPATH="$tmp/site" "$py" -m cudalloc --help) 2>&1 | grep -q "usage: cudalloc" ||
+(cd "$tmp" && PYTHONPATH="$tmp/site" "$py" -m cudalloc --help) 2>&1 | grep "usage: cudalloc" >/dev/null ||
   fail "python -m cudalloc --help"
 (cd "$tmp" && PYTHONPATH="$tmp/site" "$tmp/site/bin/cudalloc" --help) 2>&1 |
-  grep -q "usage: cudalloc" || fail "the cudalloc command"
+  grep "usage: cudalloc" >/dev/null || fail "the cudalloc command"
 pass "import cudalloc, preload_path(), python -m cudalloc and the cudalloc command from the wheel"
