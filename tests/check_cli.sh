@@ -122,6 +122,13 @@ ok = seen and seen == sorted(seen) and seen[-1] == 100 and all("whole.json" in l
 print("read to 100%" if ok else lines)
 PY
 expect 0 "reading .*gz: +100%" "$cli" replay --progress --policy cudalloc "$trace"
+# inspect, convert and diff take --progress too (main() reports the read for them), and their
+# stdout stays what it was.
+expect 0 "reading .*whole.json: +100%" "$cli" inspect --progress "$dir/whole.json"
+expect 0 "" bash -c "'$cli' inspect --progress --json '$dir/whole.json' 2>/dev/null |
+                     python3 -c 'import json, sys; json.load(sys.stdin)'"
+expect 0 "reading .*whole.json: +100%" "$cli" convert --progress "$dir/whole.json" -o "$dir/pr.json"
+expect 0 "reading .*s.json: +100%" "$cli" diff "$dir/whole.json" "$dir/s.json" --progress
 expect 1 "" bash -c "'$cli' view '$dir/whole.json' -o '$dir/q.html' 2>&1 | grep -q reading"
 
 # Bad input: clear messages, exit 2, never a crash.

@@ -34,10 +34,10 @@ bool write_output(const std::string& path, const std::string& data, bool gzip) {
 }
 
 constexpr const char* kUsage =
-    "usage: cudalloc convert SNAPSHOT -o OUT.pickle|OUT.json|OUT.json.gz\n"
+    "usage: cudalloc convert SNAPSHOT -o OUT.pickle|OUT.json|OUT.json.gz [--progress]\n"
     "  Converts a snapshot (JSON, .json.gz or PyTorch pickle) to the format OUT's extension\n"
     "  names; .pickle is what PyTorch's tools read (python -m torch.cuda._memory_viz).\n"
-    CUDALLOC_INPUT_OPTIONS_USAGE;
+    CUDALLOC_INPUT_OPTIONS_USAGE CUDALLOC_READ_PROGRESS_USAGE;
 
 }  // namespace
 

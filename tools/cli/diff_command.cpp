@@ -17,14 +17,14 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kUsage =
-    "usage: cudalloc diff A B [--json] [--top N]\n"
+    "usage: cudalloc diff A B [--json] [--top N] [--progress]\n"
     "  What changed from snapshot A to snapshot B, per device: reserved, allocated, active,\n"
     "  requested and cached bytes and counts; segments added, removed and resized; blocks\n"
     "  allocated and freed (by address and size). Largest changes first.\n"
     "  A, B: JSON (cudalloc or PyTorch schema), .json.gz or PyTorch pickles\n"
     "  --json  the whole difference as one JSON object (every block and segment)\n"
     "  --top   entries of each list in the text output (default 10)\n"
-    CUDALLOC_INPUT_OPTIONS_USAGE;
+    CUDALLOC_INPUT_OPTIONS_USAGE CUDALLOC_READ_PROGRESS_USAGE;
 
 std::string signed_bytes(std::int64_t delta) {
   const std::string size = format_bytes(static_cast<std::size_t>(std::llabs(delta)));

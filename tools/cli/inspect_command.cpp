@@ -200,6 +200,7 @@ json device_json(int device, const DeviceSummary& d, std::uint64_t size) {
 
 constexpr const char* kUsage =
     "usage: cudalloc inspect SNAPSHOT [--size BYTES] [--top N] [--width W] [--json]\n"
+    "       [--progress]\n"
     "  Per device: reserved, allocated, active and cached memory, free-memory fragmentation,\n"
     "  peak reserved and live (cudalloc's stats, else the trace), whether the trace is\n"
     "  complete, its out-of-memory events, the largest allocations and a text map of the\n"
@@ -208,7 +209,7 @@ constexpr const char* kUsage =
     "  --size: report the free memory in pieces smaller than this (default 1M)\n"
     "  --top: segments and allocations listed (default 10); --width: map width (default 64)\n"
     "  --json: the figures as a JSON list, one object per device\n"
-    CUDALLOC_INPUT_OPTIONS_USAGE;
+    CUDALLOC_INPUT_OPTIONS_USAGE CUDALLOC_READ_PROGRESS_USAGE;
 
 constexpr std::size_t kMaxTop = 1000000;
 

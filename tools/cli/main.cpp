@@ -15,20 +15,21 @@ struct Command {
   const char* name;
   const char* summary;
   int (*run)(const cudalloc::cli::Args&);
-  bool reads_input = true;  // takes --max-input (cli/usage.h)
+  bool reads_input = true;  // takes --max-input and --progress (cli/usage.h)
+  bool reports_steps = false;  // parses --progress itself (it also reports its own steps)
 };
 
 constexpr Command kCommands[] = {
     {"options", "list CUDALLOC_CONF keys (--markdown for the reference), check --conf CONF",
      cudalloc::cli::options_command, false},
     {"replay", "replay a trace through cudalloc and PyTorch's rules on a simulated device",
-     cudalloc::cli::replay_command},
+     cudalloc::cli::replay_command, true, true},
     {"inspect", "summarize a snapshot: memory, fragmentation, largest blocks, segment map",
      cudalloc::cli::inspect_command},
     {"convert", "convert a snapshot between JSON and PyTorch's pickle (-o OUT.pickle|.json)",
      cudalloc::cli::convert_command},
     {"view", "write a self-contained HTML page of a snapshot: segment map, timeline, peaks",
-     cudalloc::cli::view_command},
+     cudalloc::cli::view_command, true, true},
     {"diff", "what changed between two snapshots: stats, segments, blocks (--json)",
      cudalloc::cli::diff_command},
 };
@@ -39,7 +40,9 @@ int usage(FILE* out) {
                cudalloc_version_string());
   for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
   std::fprintf(out, "\nreplay, inspect, convert, view and diff read regular files (plain or gzip) of\n"
-                    "at most 1G once decompressed: --max-input BYTES or %s=BYTES raises it\n",
+                    "at most 1G once decompressed: --max-input BYTES or %s=BYTES raises it;\n"
+                    "--progress reports the percent read on stderr (on a terminal it appears\n"
+                    "by itself once a read takes 2 s)\n",
                cudalloc::snapshot::kMaxInputEnv);
   std::fprintf(out, "\nexit codes: 0 success, 1 the work failed (e.g. an output cannot be written,\n"
                     "an invariant broke in replay), 2 bad usage or bad input\n");
@@ -69,8 +72,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (c.reads_input) {
-      const bool asked = std::find(args.begin(), args.end(), "--progress") != args.end();
-      cudalloc::cli::report_read_progress(asked);
+      const auto flag = std::find(args.begin(), args.end(), "--progress");
+      cudalloc::cli::report_read_progress(flag != args.end());
+      if (flag != args.end() && !c.reports_steps) args.erase(flag);
     }
     try {
       return c.run(args);

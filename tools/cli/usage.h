@@ -55,6 +55,11 @@ inline bool parse_count(const std::string& text, std::size_t lo, std::size_t hi,
 #define CUDALLOC_INPUT_OPTIONS_USAGE                                                        \
   "  --max-input BYTES  refuse input larger than BYTES once decompressed (default 1G, or\n" \
   "                     CUDALLOC_MAX_INPUT); input must be a regular file, plain or gzip\n"
+// For the commands that report no steps of their own (inspect, convert, diff): main() takes
+// --progress out of their arguments and reports the percent read.
+#define CUDALLOC_READ_PROGRESS_USAGE                                                        \
+  "  --progress         report the percent of each input read on stderr, even when it is\n" \
+  "                     not a terminal (on a terminal it appears once a read takes 2 s)\n"
 static_assert(snapshot::kDefaultMaxInputBytes == std::uint64_t{1} << 30,
               "CUDALLOC_INPUT_OPTIONS_USAGE names the default");
 
