@@ -154,6 +154,17 @@
              "peak reserved: panel " + (panel && panel.dataset.peakReserved) + ", timeline " +
              (trace && trace.dataset.peakReserved));
     },
+    // One settings table: every key once, byte options in human units.
+    settings() {
+      const rows = Array.from(document.querySelectorAll("#settings-table tr")).slice(1);
+      const keys = rows.map((r) => r.children[0].textContent);
+      expect(document.querySelectorAll("#settings table").length === 1 && rows.length > 0,
+             "one settings table with " + rows.length + " rows");
+      expect(new Set(keys).size === keys.length, "each setting is listed once");
+      const big = rows.find((r) => r.children[0].textContent === "large_segment");
+      expect(big && /^20(\.00)? MiB$/.test(big.children[1].textContent) && /20971520/.test(big.children[1].title),
+             "large_segment reads 20 MiB (" + (big ? big.children[1].textContent : "absent") + ")");
+    },
     // A block far smaller than a row's pixel is still drawn in its colour.
     small_blocks() {
       expect(countColour(map(), colour("--state-allocated")) > 0, "a 512-byte block in a 1 GiB segment is visible");

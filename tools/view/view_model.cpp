@@ -1,9 +1,12 @@
 #include "view/view_model.h"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <set>
 
+#include "api/options.h"
+#include "util/units.h"
 #include "view/event_history.h"
 #include "view/peak_reserved.h"
 #include "view/segment_map.h"
@@ -149,12 +152,46 @@ json device_json(const snapshot::LoadedSnapshot& snap, int device,
           {"fragmentation", fragmentation(timeline, summary, info)}};
 }
 
+// A setting's value as a person reads it: byte options in binary units ("20 MiB"), the rest
+// as recorded.
+std::string shown_value(const std::string& key, const json& value) {
+  const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+  for (const Option& o : options()) {
+    if (key != o.key || o.type != OptionType::bytes) continue;
+    std::uint64_t bytes = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), bytes);
+    if (ec == std::errc() && end == text.data() + text.size() && bytes > 0) {
+      return format_bytes(bytes);
+    }
+  }
+  return text;
+}
+
+// One table for the page: every cudalloc setting, then what PyTorch's allocator_settings hold
+// beyond them (a PyTorch snapshot has only those; cudalloc's repeats its own settings there).
+// [{"key", "value" (as recorded), "shown" (human units), "source": "cudalloc"|"allocator_settings"}]
+json settings_rows(const json& doc) {
+  json rows = json::array();
+  std::set<std::string> seen;
+  auto add = [&](const json& object, const char* source) {
+    if (!object.is_object()) return;
+    for (const auto& [key, value] : object.items()) {
+      if (!seen.insert(key).second) continue;
+      rows.push_back({{"key", key}, {"value", value}, {"shown", shown_value(key, value)},
+                      {"source", source}});
+    }
+  };
+  auto c = doc.find("cudalloc");
+  if (c != doc.end() && c->is_object() && c->contains("settings")) add((*c)["settings"], "cudalloc");
+  if (auto s = doc.find("allocator_settings"); s != doc.end()) add(*s, "allocator_settings");
+  return rows;
+}
+
 json settings_json(const json& doc) {
-  json out = json::object();
-  if (auto s = doc.find("allocator_settings"); s != doc.end()) out["allocator_settings"] = *s;
+  json out = {{"rows", settings_rows(doc)}};
   auto c = doc.find("cudalloc");
   if (c != doc.end() && c->is_object()) {
-    for (const char* key : {"version", "schema_version", "conf", "settings"}) {
+    for (const char* key : {"version", "schema_version", "conf"}) {
       if (c->contains(key)) out["cudalloc"][key] = (*c)[key];
     }
   }

@@ -199,24 +199,24 @@ function renderDevice(device, container) {
   return (timeline ? 1 : 0) + (map ? 1 : 0);
 }
 
-function settingsTable(object) {
-  const table = element("table");
-  for (const [key, value] of Object.entries(object)) {
-    const text = typeof value === "object" ? JSON.stringify(value) : String(value);
-    table.append(element("tr", {}, element("td", { class: "mono" }, key), element("td", { class: "mono" }, text)));
-  }
-  return table;
-}
-
+// One table: each setting once, its value in human units, and where PyTorch's
+// allocator_settings hold keys cudalloc's settings do not, those below them.
 function renderSettings(settings) {
   const body = document.getElementById("settings-body");
   const c = settings.cudalloc;
   if (c) {
-    body.append(element("h3", {}, "cudalloc " + (c.version || "") + ", CUDALLOC_CONF='" + (c.conf || "") + "'"));
-    if (c.settings) body.append(settingsTable(c.settings));
+    body.append(element("p", {}, "cudalloc " + (c.version || "") + ", CUDALLOC_CONF='" + (c.conf || "") + "'"));
   }
-  if (settings.allocator_settings) {
-    body.append(element("h3", {}, "allocator_settings"), settingsTable(settings.allocator_settings));
+  const rows = settings.rows || [];
+  if (rows.length > 0) {
+    const table = element("table", { id: "settings-table" },
+      element("tr", {}, element("th", {}, "setting"), element("th", {}, "value"), element("th", {}, "from")));
+    for (const row of rows) {
+      const recorded = typeof row.value === "object" ? JSON.stringify(row.value) : String(row.value);
+      const value = element("td", { class: "mono", title: "recorded as " + recorded }, row.shown);
+      table.append(element("tr", {}, element("td", { class: "mono" }, row.key), value, element("td", {}, row.source)));
+    }
+    body.append(table);
   }
   if (!body.hasChildNodes()) body.append(element("p", { class: "note" }, "The snapshot records no settings."));
 }
