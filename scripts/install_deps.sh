@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(cmake g++ make libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 zlib1g-dev python3
-          pkg-config python3-pip python3-setuptools python3-wheel)
+          pkg-config python3-pip python3-setuptools python3-wheel valgrind)
 # For tests/check_viewer.sh (headless browser). Optional: where the distribution has no such
 # package (Ubuntu ships Chromium as a snap), the install is skipped and that test reports SKIP.
 optional=(chromium)
