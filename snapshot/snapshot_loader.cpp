@@ -1,5 +1,7 @@
 #include "snapshot/snapshot_loader.h"
 
+#include <unordered_map>
+
 #include "snapshot/input_file.h"
 #include "snapshot/pickle.h"
 #include "snapshot/values.h"
@@ -20,12 +22,37 @@ constexpr std::pair<const char*, EventKind> kKinds[] = {
     {"oom", EventKind::oom},
 };
 
+// Interns the alloc events' stacks: each distinct "frames" list is kept once.
+class StackTable {
+ public:
+  explicit StackTable(std::vector<json>* stacks) : stacks_(stacks) {}
+  // The id of `e`'s frames (1-based), or 0 when it has none.
+  std::uint32_t id_of(json& e) {
+    auto frames = e.find("frames");
+    if (frames == e.end() || !frames->is_array() || frames->empty()) return 0;
+    auto [it, added] = ids_.try_emplace(frames->dump(), 0);
+    if (added) {
+      stacks_->push_back(std::move(*frames));
+      it->second = std::uint32_t(stacks_->size());
+    }
+    return it->second;
+  }
+
+ private:
+  std::vector<json>* stacks_;
+  std::unordered_map<std::string, std::uint32_t> ids_;
+};
+
 // One trace event; false with a message when check_event refuses it (the same checks as the
 // trace reader's). Absent fields read as 0.
-bool record_event(const json& e, int device, std::size_t index, std::vector<SnapshotEvent>* out,
-                  std::string* error) {
+bool record_event(json& e, int device, std::size_t index, std::vector<SnapshotEvent>* out,
+                  StackTable& stacks, std::string* error) {
   if (!check_event(e, error)) {
     *error += " (device " + std::to_string(device) + ", event " + std::to_string(index) + ")";
+    return false;
+  }
+  if (device >= int(kMaxTraceDevices)) {
+    *error = "more than " + std::to_string(kMaxTraceDevices) + " device lists in device_traces";
     return false;
   }
   const auto field = [&e](const char* key) {
@@ -41,7 +68,8 @@ bool record_event(const json& e, int device, std::size_t index, std::vector<Snap
     r.time_us = t->get<std::int64_t>();
   if (e.contains("reserved_bytes")) r.reserved = std::int64_t(field("reserved_bytes"));
   if (r.kind == EventKind::oom && e.contains("device_free")) r.addr = field("device_free");
-  r.device = device;
+  if (r.kind == EventKind::alloc) r.stack = stacks.id_of(e);
+  r.device = std::int16_t(device);
   out->push_back(r);
   return true;
 }
@@ -52,6 +80,7 @@ bool parse_json(InputFile& in, LoadedSnapshot* out, std::string* error) {
   int device = 0;
   std::size_t index = 0;
   std::string event_error;
+  StackTable stacks(&out->stacks);
   auto keep = [&](const JsonPlace& place, json& value) {
     if (place.top_key != "device_traces") return true;
     if (place.depth == 2) {  // a device's list, emptied by now
@@ -59,7 +88,9 @@ bool parse_json(InputFile& in, LoadedSnapshot* out, std::string* error) {
       index = 0;
     }
     if (place.depth != 3) return true;
-    if (event_error.empty()) record_event(value, device, index++, &out->events, &event_error);
+    if (event_error.empty()) {
+      record_event(value, device, index++, &out->events, stacks, &event_error);
+    }
     return false;  // recorded: not kept in the document
   };
   if (!parse_json_document(in, keep, &out->doc, error)) return false;
@@ -78,6 +109,7 @@ bool parse_pickle(InputFile& in, LoadedSnapshot* out, std::string* error) {
   out->format = "pickle";
   if (!out->doc.is_object() || !out->doc.contains("device_traces")) return true;
   json& traces = out->doc["device_traces"];
+  StackTable stacks(&out->stacks);
   if (!traces.is_array()) {
     *error = "device_traces is not a list";
     return false;
@@ -88,7 +120,7 @@ bool parse_pickle(InputFile& in, LoadedSnapshot* out, std::string* error) {
       return false;
     }
     for (std::size_t i = 0; i < traces[d].size(); ++i) {
-      if (!record_event(traces[d][i], int(d), i, &out->events, error)) return false;
+      if (!record_event(traces[d][i], int(d), i, &out->events, stacks, error)) return false;
     }
     traces[d] = json::array();
   }

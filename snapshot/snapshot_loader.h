@@ -37,13 +37,21 @@ struct SnapshotEvent {
   std::uint64_t stream = 0;
   std::int64_t time_us = -1;   // -1: the event has no time stamp
   std::int64_t reserved = -1;  // cudalloc's "reserved_bytes" after the event; -1: not recorded
-  std::int32_t device = 0;
+  std::uint32_t stack = 0;     // an alloc's frames: LoadedSnapshot::stacks[stack - 1]; 0: none
+  std::int16_t device = 0;     // at most kMaxTraceDevices lists
   EventKind kind = EventKind::other;
 };
+static_assert(sizeof(SnapshotEvent) == 48, "a trace of millions of events stays compact");
+
+// The most device lists a trace may have (a device index is 16 bits in SnapshotEvent).
+constexpr std::size_t kMaxTraceDevices = 4096;
 
 struct LoadedSnapshot {
   nlohmann::json doc;                 // the snapshot with "device_traces" emptied
   std::vector<SnapshotEvent> events;  // device by device, each in recorded order
+  // The distinct stacks of the alloc events that have "frames" (PyTorch's lists of {filename,
+  // line, name}, innermost first), each once: events refer to them by SnapshotEvent::stack.
+  std::vector<nlohmann::json> stacks;
   std::string format;                 // "json" or "pickle"
 };
 

@@ -15,6 +15,7 @@ trace=${2:?}
 fixture=${3:?}
 cut_fixture=${4:?}
 out=${5:?}
+frames_fixture="$(dirname "$0")/data/viewer_frames.json"
 driver="$(dirname "$0")/viewer_interaction.js"
 
 browser=""
@@ -103,7 +104,7 @@ if "<pre id=\"errors\" hidden=\"\">" not in dom: print("FAIL: script errors on t
 "$cli" replay --policy cudalloc --conf trace:1000000 --snapshot "$out/whole.json" "$trace" >/dev/null ||
   fail "replay whole"
 "$cli" view "$out/whole.json" -o "$out/whole.html" >/dev/null || fail "view whole.json"
-interact "$out/whole.html" peaks,zoom,slider,search,pick,settings "$out/interaction.png"
+interact "$out/whole.html" peaks,zoom,slider,search,pick,settings,fragmentation "$out/interaction.png"
 
 # A device too small for the trace, and a ring buffer too small to keep it all.
 "$cli" replay --policy cudalloc --capacity 12G --conf trace:1000000 --snapshot "$out/oom.json" \
@@ -120,6 +121,9 @@ interact "$out/ring.html" incomplete "$out/ring.png"
 "$cli" view "$cut_fixture" -o "$out/cut_trace.html" >/dev/null || fail "view $cut_fixture"
 interact "$out/cut_trace.html" incomplete,oom,small_blocks "$out/cut_trace.png"
 interact "$out/optional_fields.html" streams "$out/streams.png"
+# A PyTorch snapshot whose allocs carry frames: who holds memory at each moment, the bands.
+"$cli" view "$frames_fixture" -o "$out/frames.html" >/dev/null || fail "view $frames_fixture"
+interact "$out/frames.html" who_holds,bands "$out/who_holds.png"
 
 echo "$failures failure(s)"
 if [ "$failures" -ne 0 ]; then

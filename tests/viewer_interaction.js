@@ -36,8 +36,8 @@
 
   const colour = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
   const device = document.querySelector("section.device");
-  const timeline = () => device.querySelectorAll("canvas")[0];
-  const map = () => device.querySelectorAll("canvas")[1];
+  const timeline = () => device.querySelector("canvas.timeline");
+  const map = () => device.querySelector("canvas.segment-map");
   const slider = () => device.querySelector("input.event-slider");
 
   const checks = {
@@ -153,6 +153,64 @@
       expect(panel && trace && panel.dataset.peakReserved === trace.dataset.peakReserved,
              "peak reserved: panel " + (panel && panel.dataset.peakReserved) + ", timeline " +
              (trace && trace.dataset.peakReserved));
+    },
+    // Who holds memory: the flame summary and largest allocations at the snapshot, at the peak
+    // and at the out-of-memory (tests/data/viewer_frames.json).
+    who_holds() {
+      const box = device.querySelector(".who-holds");
+      const select = box && box.querySelector("select.moment");
+      expect(select && select.options.length === 3, "moments: " + (select ? Array.from(select.options).map((o) => o.textContent).join(" | ") : "none"));
+      const rows = () => Array.from(box.querySelectorAll(".flame summary")).map((r) => r.textContent);
+      expect(rows().some((r) => /linear_init \(model.py:41\)256.00 MiB \(94.1%\)4 allocations/.test(r)),
+             "at the snapshot the weights' frame holds 256 MiB: " + rows().slice(0, 4).join(" | "));
+      const pick = (pattern) => {
+        const option = Array.from(select.options).find((o) => pattern.test(o.textContent));
+        select.value = option ? option.value : "0";
+        select.dispatchEvent(new Event("change"));
+        return option;
+      };
+      expect(pick(/peak live/), "the peak can be picked");
+      const top = Array.from(box.querySelectorAll("table.moment-top tr")).slice(1);
+      expect(top.length > 4 && /64.00 MiB/.test(top[0].textContent) && /linear_init/.test(top[0].textContent),
+             "at the peak the largest live allocation is a 64 MiB weight (" + top.length + " rows)");
+      expect(pick(/out-of-memory/), "the out-of-memory can be picked");
+      expect(rows().some((r) => /^forward_block \(model.py:57\)/.test(r)),
+             "at the out-of-memory the activations' frame is listed");
+      expect(/allocations live/.test(box.textContent) && /512.00 MiB asked/.test(select.selectedOptions[0].textContent),
+             "the moment names the failed request: " + select.selectedOptions[0].textContent);
+      const summary = box.querySelector(".flame details details summary");
+      const nested = summary.parentElement;
+      const open = nested.open;
+      summary.click();
+      expect(nested.open !== open, "a click opens or closes a frame");
+    },
+    // The largest allocations as bands; hover names one, a click finds it in the segment map.
+    bands() {
+      const canvas = device.querySelector("canvas.bands");
+      expect(canvas && Number(canvas.dataset.bandColumns) > 0, "bands drawn (" + (canvas && canvas.dataset.bandColumns) + " columns)");
+      const box = canvas.getBoundingClientRect();
+      const x = canvas.clientWidth - 20, y = box.height - 30;
+      mouse(canvas, "mousemove", canvas, x, y);
+      const tip = document.getElementById("tooltip").textContent;
+      expect(/allocated at event/.test(tip), "hovering over a band describes it: " + tip.replace(/\n/g, " | "));
+      canvas.dispatchEvent(new MouseEvent("click", { bubbles: true, clientX: box.left + x, clientY: box.top + y }));
+      const result = device.querySelector(".search-result");
+      expect(result && result.dataset.found === "block", "a click on a band finds its block (" + (result && result.dataset.found) + ")");
+    },
+    // Fragmentation and page maps follow the timeline's zoom.
+    fragmentation() {
+      const canvas = device.querySelector("canvas.fragmentation");
+      expect(canvas && Number(canvas.dataset.ratioPoints) > 0 && Number(canvas.dataset.pageBars) > 0,
+             "ratio and page maps drawn (" + (canvas && canvas.dataset.ratioPoints) + " points, " + (canvas && canvas.dataset.pageBars) + " bars)");
+      expect(/page maps and .* unmaps/.test(device.querySelector(".frag-note").textContent), "the note counts maps and unmaps");
+      const t = timeline();
+      mouse(t, "mousedown", t, t.clientWidth * 0.5, 100);
+      mouse(t, "mousemove", t, t.clientWidth * 0.7, 100);
+      mouse(window, "mouseup", t, t.clientWidth * 0.7, 100);
+      expect(canvas.dataset.viewFrom === t.dataset.viewFrom && canvas.dataset.viewFrom !== "0" &&
+             device.querySelector("canvas.bands").dataset.viewFrom === t.dataset.viewFrom,
+             "the plots below follow the timeline's zoom to event " + t.dataset.viewFrom);
+      t.dispatchEvent(new MouseEvent("dblclick", { bubbles: true }));
     },
     // One settings table: every key once, byte options in human units.
     settings() {

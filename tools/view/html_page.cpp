@@ -40,7 +40,8 @@ std::string fill(std::string_view page, const std::vector<Slot>& slots) {
 std::string script() {
   std::string out;
   for (std::string_view part :
-       {kViewerUtilJs, kViewerTimelineJs, kViewerHistoryJs, kViewerSegmentsJs, kViewerMainJs}) {
+       {kViewerUtilJs, kViewerTimelineJs, kViewerHistoryJs, kViewerSegmentsJs, kViewerTraceJs,
+        kViewerMainJs}) {
     out.append(part);
     out += '\n';
   }

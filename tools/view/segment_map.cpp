@@ -117,10 +117,14 @@ std::size_t count_blocks(const std::vector<std::vector<Block>>& per_segment) {
 
 std::string allocation_site(const json& block, std::size_t max_frames) {
   auto frames = block.find("frames");
-  if (frames == block.end() || !frames->is_array()) return "";
+  return frames == block.end() ? "" : frames_site(*frames, max_frames);
+}
+
+std::string frames_site(const json& frames, std::size_t max_frames) {
+  if (!frames.is_array()) return "";
   std::string text;
   std::size_t kept = 0;
-  for (const json& f : *frames) {
+  for (const json& f : frames) {
     if (kept == max_frames) break;
     if (!f.is_object()) continue;
     const std::string file = f.value("filename", std::string("?"));

@@ -31,6 +31,8 @@ using SlabRanges = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
 // PyTorch snapshot has when _record_memory_history recorded them), past PyTorch's own, one
 // "name (file:line)" per line; "" without a stack.
 std::string allocation_site(const nlohmann::json& block, std::size_t max_frames = 4);
+// The same, from a "frames" list itself (a trace event's stack).
+std::string frames_site(const nlohmann::json& frames, std::size_t max_frames = 4);
 
 nlohmann::json segment_map_json(const std::vector<const nlohmann::json*>& segments,
                                 const SlabRanges& slabs, std::size_t max_blocks);

@@ -97,6 +97,8 @@ class Bucketer {
       t->live_max.push_back(live);
       t->reserved_min.push_back(reserved);
       t->reserved_max.push_back(reserved);
+      t->maps.push_back(0);
+      t->unmaps.push_back(0);
       return;
     }
     t->live_min.back() = std::min(t->live_min.back(), live);
@@ -139,6 +141,8 @@ Timeline build_timeline(const std::vector<SnapshotEvent>& events, int device,
     if (now.reserved > t.peak_reserved.bytes) t.peak_reserved = {index, now.reserved};
     if (e.kind == EventKind::oom) t.ooms.push_back({index, e.size, e.addr, now.live, now.reserved});
     buckets.add(index++, now.live, now.reserved, &t);
+    if (e.kind == EventKind::segment_map) ++t.maps.back();
+    if (e.kind == EventKind::segment_unmap) ++t.unmaps.back();
   }
   return t;
 }
@@ -167,6 +171,8 @@ nlohmann::json timeline_json(const Timeline& t) {
                       {"has_reserved", t.has_reserved},
                       {"reserved_recorded", t.reserved_recorded},
                       {"ooms", std::move(ooms)},
+                      {"maps", t.maps},
+                      {"unmaps", t.unmaps},
                       {"oom_count", t.ooms.size()}};
   if (t.has_reserved) {
     j["reserved_min"] = t.reserved_min;

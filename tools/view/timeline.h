@@ -51,6 +51,8 @@ struct Timeline {
   bool reserved_recorded = false;  // reserved comes from the events' reserved_bytes
   std::vector<std::uint64_t> x;  // first event index of each bucket
   std::vector<std::int64_t> live_min, live_max, reserved_min, reserved_max;
+  // Page maps and unmaps (segment_map, segment_unmap events) in each bucket.
+  std::vector<std::uint32_t> maps, unmaps;
   TimelinePeak peak_live, peak_reserved;
   std::vector<OomMarker> ooms;   // every oom event, in order
 };

@@ -7,7 +7,9 @@
 
 #include "api/options.h"
 #include "util/units.h"
+#include "view/bands.h"
 #include "view/event_history.h"
+#include "view/live_moments.h"
 #include "view/peak_reserved.h"
 #include "view/segment_map.h"
 #include "view/snapshot_fields.h"
@@ -149,6 +151,9 @@ json device_json(const snapshot::LoadedSnapshot& snap, int device,
           {"trace", trace_completeness_json(trace)},
           {"history", event_history_json(snap.events, device, limits.history_events)},
           {"top_allocations", top_allocations(segments, slabs, limits.top_allocations)},
+          {"snapshot_flame", snapshot_flame_json(segments)},
+          {"moments", live_moments_json(snap, device, timeline, {limits.top_allocations})},
+          {"bands", allocation_bands_json(snap, device, limits.bands)},
           {"fragmentation", fragmentation(timeline, summary, info)}};
 }
 

@@ -17,6 +17,7 @@ struct ViewLimits {
   std::size_t blocks = 20000;          // blocks drawn per device before merging runs
   std::size_t top_allocations = 20;
   std::size_t history_events = 100000;  // last events per device the page can rewind through
+  std::size_t bands = 1000;  // allocations drawn as bands over the trace (the largest areas)
 };
 
 // `source` names the snapshot in the page (its path).

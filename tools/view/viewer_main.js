@@ -182,6 +182,11 @@ function deviceControls(device, timeline, map, container) {
   bar.append(filter.box, search.box);
   container.prepend(bar);
   container.append(result);
+  return { find: (address) => {
+    search.input.value = address;
+    search.button.click();
+    search.input.scrollIntoView({ block: "center" });
+  } };
 }
 
 // Builds one device's section; returns the number of plots drawn.
@@ -191,12 +196,22 @@ function renderDevice(device, container) {
   section.append(element("h2", {}, "Device " + device.device));
   section.append(element("div", { class: "grid" }, summaryPanel(device), fragmentationPanel(device)));
   const timelineBox = panel("Live and reserved memory over the trace");
+  const bandsBox = panel("Allocations over the trace");
+  const fragBox = panel("Fragmentation and page maps over the trace");
   const mapBody = element("div");
-  section.append(timelineBox, panel("Segment map", mapBody), topAllocationsPanel(device));
+  section.append(timelineBox, bandsBox, fragBox, whoHoldsPanel(device), panel("Segment map", mapBody),
+                 topAllocationsPanel(device));
   const timeline = renderTimeline(timelineBox, device.timeline, device.trace);
+  const bands = timeline ? renderBands(bandsBox, device.bands, device.timeline) : null;
+  const frag = timeline ? renderFragmentation(fragBox, device.timeline) : null;
+  for (const [plot, box] of [[bands, bandsBox], [frag, fragBox]]) {
+    if (plot) timeline.followers.push(plot);
+    else box.remove();
+  }
   const map = renderSegmentMap(mapBody, device.map, device.history);
-  if (map) deviceControls(device, timeline, map, mapBody);
-  return (timeline ? 1 : 0) + (map ? 1 : 0);
+  const controls = map ? deviceControls(device, timeline, map, mapBody) : null;
+  if (bands && controls) bands.onPick = controls.find;
+  return (timeline ? 1 : 0) + (map ? 1 : 0) + (bands ? 1 : 0) + (frag ? 1 : 0);
 }
 
 // One table: each setting once, its value in human units, and where PyTorch's

@@ -190,6 +190,7 @@ class SegmentMapPlot {
     probe.remove();
     this.layout = mapLayout(this.segments, width);
     const { canvas, ctx } = makeCanvas(parent, this.layout.rows * MAP_ROW_HEIGHT);
+    canvas.classList.add("segment-map");
     this.canvas = canvas;
     this.ctx = ctx;
     this.atNote = element("p", { class: "note map-at" });

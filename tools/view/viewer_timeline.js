@@ -215,7 +215,9 @@ class TimelinePlot {
     this.view = { from: 0, to: Math.max(1, t.events - 1) };
     this.cursor = null;
     this.onPick = null;
+    this.followers = [];  // plots on the same events: setView(view) after every zoom
     const { canvas, ctx, width } = makeCanvas(parent, TIMELINE_HEIGHT);
+    canvas.classList.add("timeline");
     this.canvas = canvas;
     this.ctx = ctx;
     this.width = width;
@@ -260,6 +262,7 @@ class TimelinePlot {
     to = Math.min(last, Math.ceil(to));
     this.view = to - from >= 1 ? { from, to } : { from: 0, to: last };
     this.draw();
+    for (const f of this.followers) f.setView(this.view);
   }
 
   setCursor(event) {

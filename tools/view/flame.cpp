@@ -1,0 +1,109 @@
+#include "view/flame.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+namespace cudalloc::view {
+namespace {
+
+using nlohmann::json;
+
+struct Node {
+  std::uint64_t bytes = 0, count = 0;
+  std::map<std::string, std::unique_ptr<Node>> children;
+
+  Node& child(const std::string& label) {
+    auto& slot = children[label];
+    if (!slot) slot = std::make_unique<Node>();
+    return *slot;
+  }
+  void add(std::uint64_t b, std::uint64_t n) {
+    bytes += b;
+    count += n;
+  }
+};
+
+// The labels of one stack, outermost first, computed once per distinct frames list.
+class Labels {
+ public:
+  const std::vector<std::string>& of(const json& frames) {
+    auto [it, added] = cache_.try_emplace(&frames);
+    if (added) {
+      for (auto f = frames.rbegin(); f != frames.rend(); ++f) {
+        if (f->is_object()) it->second.push_back(frame_label(*f));
+      }
+    }
+    return it->second;
+  }
+
+ private:
+  std::unordered_map<const json*, std::vector<std::string>> cache_;
+};
+
+json emit(const std::string& label, const Node& node, std::uint64_t total, std::size_t depth,
+          const FlameLimits& limits) {
+  json out = {{"n", label}, {"b", node.bytes}, {"c", node.count}, {"k", json::array()}};
+  if (depth >= limits.depth) return out;
+  std::vector<std::pair<const std::string*, const Node*>> order;
+  for (const auto& [name, child] : node.children) order.emplace_back(&name, child.get());
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.second->bytes > b.second->bytes; });
+  Node rest;
+  std::size_t merged = 0;
+  for (const auto& [name, child] : order) {
+    const bool kept = out["k"].size() < limits.children &&
+                      double(child->bytes) >= limits.min_share * double(total);
+    if (kept) {
+      out["k"].push_back(emit(*name, *child, total, depth + 1, limits));
+    } else {
+      rest.add(child->bytes, child->count);
+      ++merged;
+    }
+  }
+  if (merged > 0) {
+    const std::string what = merged == 1 ? "(1 smaller caller)"
+                                         : "(" + std::to_string(merged) + " smaller callers)";
+    out["k"].push_back(emit(what, rest, total, limits.depth, limits));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string frame_label(const json& frame) {
+  std::string file = frame.value("filename", std::string("?"));
+  if (const auto slash = file.rfind('/'); slash != std::string::npos) file = file.substr(slash + 1);
+  return frame.value("name", std::string("?")) + " (" + file + ":" +
+         std::to_string(frame.value("line", 0)) + ")";
+}
+
+json flame_json(const std::vector<FlameInput>& allocations, std::uint64_t unattributed,
+                const FlameLimits& limits) {
+  Node root;
+  Labels labels;
+  for (const FlameInput& a : allocations) {
+    root.add(a.bytes, 1);
+    const bool has_stack = a.frames != nullptr && a.frames->is_array() && !a.frames->empty();
+    if (!has_stack) {
+      root.child("(no stack recorded)").add(a.bytes, 1);
+      continue;
+    }
+    Node* node = &root;
+    std::size_t depth = 0;
+    for (const std::string& label : labels.of(*a.frames)) {
+      if (++depth > limits.depth) break;
+      node = &node->child(label);
+      node->add(a.bytes, 1);
+    }
+  }
+  if (unattributed > 0) {
+    root.bytes += unattributed;
+    root.child("(allocated before the trace began)").bytes += unattributed;
+  }
+  return emit("all", root, root.bytes, 0, limits);
+}
+
+}  // namespace cudalloc::view
