@@ -131,6 +131,18 @@ expect 0 "reading .*whole.json: +100%" "$cli" convert --progress "$dir/whole.jso
 expect 0 "reading .*s.json: +100%" "$cli" diff "$dir/whole.json" "$dir/s.json" --progress
 expect 1 "" bash -c "'$cli' view '$dir/whole.json' -o '$dir/q.html' 2>&1 | grep -q reading"
 
+# inspect names who held memory at the peak and at the out-of-memory, with allocation sites.
+frames="$data/viewer_frames.json"
+expect 0 "largest live at peak live \(event 53\):" "$cli" inspect "$frames"
+expect 0 "largest live at out of memory \(event 54\):" "$cli" inspect "$frames"
+expect 0 "0x7f0000000000 +64.00 MiB  linear_init \(/home/user/project/model.py:41\)" "$cli" inspect "$frames"
+expect 0 "free: 752.00 MiB in 1 block," "$cli" inspect "$frames"
+expect 0 "" bash -c "'$cli' inspect --json '$frames' | python3 -c '
+import json, sys
+m = json.load(sys.stdin)[0][\"moments\"]
+assert [x[\"label\"] for x in m] == [\"peak live\", \"out of memory\"], m
+assert m[1][\"request\"] == 512 << 20 and m[1][\"top\"][0][\"size\"] == 64 << 20, m'"
+
 # Bad input: clear messages, exit 2, never a crash.
 gzip -dc "$trace" | head -c 5000 > "$dir/truncated.json"
 expect 2 "malformed JSON at byte" "$cli" replay "$dir/truncated.json"

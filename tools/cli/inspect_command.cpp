@@ -2,10 +2,12 @@
 // Per device: reserved, allocated, active and cached memory, fragmentation figures (largest
 // free block against all free memory, free memory in pieces too small for --size), peak
 // reserved and live (view/peak_reserved.h), whether the trace is complete, its out-of-memory
-// events, the largest segments and allocations, and a map of every segment.
+// events, the largest allocations (now, at the peak of live memory and at the first ooms), the
+// largest segments, and a map of every segment.
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -14,6 +16,8 @@
 #include "util/units.h"
 #include "view/peak_reserved.h"
 #include "view/snapshot_fields.h"
+#include "view/live_moments.h"
+#include "view/segment_map.h"
 #include "view/timeline.h"
 #include "view/trace_completeness.h"
 
@@ -31,6 +35,7 @@ struct DeviceSummary {
   view::DevicePeaks peaks;
   view::TraceCompleteness trace;
   std::vector<view::OomMarker> ooms;
+  json moments;  // what was live at the peak and at the first ooms (view/live_moments.h)
 };
 
 std::uint64_t u64(const json& j, const char* key) {
@@ -63,6 +68,9 @@ std::map<int, DeviceSummary> summarize(const json& doc, std::uint64_t size) {
   return devices;
 }
 
+// The largest live allocations printed at the peak and at each of the first ooms.
+constexpr std::size_t kMomentTop = 3, kMomentOoms = 5;
+
 // Peaks, trace completeness and out-of-memory events of every device with segments or events.
 void add_trace_facts(const snapshot::LoadedSnapshot& snap, std::map<int, DeviceSummary>* devices) {
   for (const snapshot::SnapshotEvent& e : snap.events) (*devices)[e.device];
@@ -74,12 +82,27 @@ void add_trace_facts(const snapshot::LoadedSnapshot& snap, std::map<int, DeviceS
     d.peaks = view::device_peaks(t, info);
     d.trace = view::trace_completeness(snap.events, device, info, view::trace_capacity(snap.doc));
     d.ooms = t.ooms;
+    d.moments = view::live_moments_json(snap, device, t, {kMomentTop, kMomentOoms});
   }
 }
 
 // "1 segment", "2 segments".
 std::string count_of(std::uint64_t n, const char* noun) {
   return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
+// For each moment, its largest live allocations, one per line with where they were allocated.
+void print_moments(const json& moments) {
+  for (const json& m : moments) {
+    std::printf("  largest live at %s (event %llu)%s\n", m["label"].get<std::string>().c_str(),
+                m["event"].get<unsigned long long>(), m["top"].empty() ? ": none seen in the trace" : ":");
+    for (const json& a : m["top"]) {
+      const std::string site = a["site"].get<std::string>();
+      std::printf("    %-16s %12s%s%s\n", a["address"].get<std::string>().c_str(),
+                  format_bytes(a["size"].get<std::uint64_t>()).c_str(), site.empty() ? "" : "  ",
+                  site.c_str());
+    }
+  }
 }
 
 void print_trace_facts(const DeviceSummary& d) {
@@ -94,14 +117,16 @@ void print_trace_facts(const DeviceSummary& d) {
     std::printf("  trace: %s%s%s\n", count_of(d.trace.kept, "event").c_str(),
                 d.trace.complete() ? "" : "; ", view::trace_note(d.trace).c_str());
   }
-  if (d.ooms.empty()) return;
-  std::printf("  out of memory: %s\n", count_of(d.ooms.size(), "event").c_str());
+  if (!d.ooms.empty()) {
+    std::printf("  out of memory: %s\n", count_of(d.ooms.size(), "event").c_str());
+  }
   for (const view::OomMarker& o : d.ooms) {
     std::printf("    event %llu: request %s failed, device free %s, live %s, reserved %s\n",
                 static_cast<unsigned long long>(o.event), fb(o.size).c_str(),
                 fb(o.device_free).c_str(), fb(std::uint64_t(o.live)).c_str(),
                 fb(std::uint64_t(o.reserved)).c_str());
   }
+  print_moments(d.moments);
 }
 
 // One character per width-th of the segment: '#' allocated, 'p' pending free, '.' free.
@@ -140,8 +165,8 @@ void print_device(int device, const DeviceSummary& d, std::uint64_t size, std::s
   const std::uint64_t held = d.reserved + d.host;
   std::printf("  active     %12s\n  cached     %12s  (reserved%s - active)\n", fb(d.active).c_str(),
               fb(held > d.active ? held - d.active : 0).c_str(), d.host ? " + host tier" : "");
-  std::printf("  free: %s in %llu blocks, largest %s (%.1f%% of free)\n", fb(d.free_total).c_str(),
-              static_cast<unsigned long long>(d.free_blocks), fb(d.largest_free).c_str(),
+  std::printf("  free: %s in %s, largest %s (%.1f%% of free)\n", fb(d.free_total).c_str(),
+              count_of(d.free_blocks, "block").c_str(), fb(d.largest_free).c_str(),
               d.free_total ? 100.0 * double(d.largest_free) / double(d.free_total) : 100.0);
   std::printf("  free in pieces smaller than %s: %s\n", fb(size).c_str(), fb(d.free_too_small).c_str());
   print_trace_facts(d);
@@ -150,17 +175,23 @@ void print_device(int device, const DeviceSummary& d, std::uint64_t size, std::s
   std::sort(segs.begin(), segs.end(), [](const json* a, const json* b) {
     return u64(*a, "total_size") > u64(*b, "total_size");
   });
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> blocks;  // size, address
+  std::vector<std::tuple<std::uint64_t, std::uint64_t, const json*>> blocks;  // size, address
   for (const json* s : d.segments) {
-    for (const json& b : s->value("blocks", json::array())) {
-      if (b.value("state", "") == "active_allocated") blocks.emplace_back(u64(b, "size"), u64(b, "address"));
+    auto list = s->find("blocks");  // by reference: the rows point at the blocks
+    if (list == s->end() || !list->is_array()) continue;
+    for (const json& b : *list) {
+      if (b.value("state", "") == "active_allocated") blocks.emplace_back(u64(b, "size"), u64(b, "address"), &b);
     }
   }
-  std::sort(blocks.rbegin(), blocks.rend());
+  std::sort(blocks.begin(), blocks.end(), [](const auto& a, const auto& b) {
+    return std::tie(std::get<0>(a), std::get<1>(a)) > std::tie(std::get<0>(b), std::get<1>(b));
+  });
   std::printf("  largest allocations:\n");
   for (std::size_t i = 0; i < std::min(top, blocks.size()); ++i) {
-    std::printf("    %#14llx %12s\n", static_cast<unsigned long long>(blocks[i].second),
-                fb(blocks[i].first).c_str());
+    const auto& [bytes, address, block] = blocks[i];
+    const std::string site = view::allocation_site(*block, 1);
+    std::printf("    %-16s %12s%s%s\n", view::hex_address(address).c_str(), fb(bytes).c_str(),
+                site.empty() ? "" : "  ", site.c_str());
   }
   std::printf("  segments (largest first; # allocated, p pending free, . free):\n");
   for (std::size_t i = 0; i < std::min(top, segs.size()); ++i) {
@@ -195,6 +226,12 @@ json device_json(int device, const DeviceSummary& d, std::uint64_t size) {
   j["trace"] = view::trace_completeness_json(d.trace);
   j["ooms"] = json::array();
   for (const view::OomMarker& o : d.ooms) j["ooms"].push_back(view::oom_json(o));
+  j["moments"] = json::array();
+  for (const json& m : d.moments) {  // the flames stay in `view`: the text cannot show them
+    json kept = m;
+    kept.erase("flame");
+    j["moments"].push_back(std::move(kept));
+  }
   return j;
 }
 
@@ -203,8 +240,9 @@ constexpr const char* kUsage =
     "       [--progress]\n"
     "  Per device: reserved, allocated, active and cached memory, free-memory fragmentation,\n"
     "  peak reserved and live (cudalloc's stats, else the trace), whether the trace is\n"
-    "  complete, its out-of-memory events, the largest allocations and a text map of the\n"
-    "  largest segments.\n"
+    "  complete, its out-of-memory events, the largest allocations (now, at the peak of live\n"
+    "  memory and at the first out-of-memory events, with where they were allocated when the\n"
+    "  trace recorded it) and a text map of the largest segments.\n"
     "  SNAPSHOT: JSON (cudalloc or PyTorch schema), .json.gz or a PyTorch pickle\n"
     "  --size: report the free memory in pieces smaller than this (default 1M)\n"
     "  --top: segments and allocations listed (default 10); --width: map width (default 64)\n"
