@@ -6,7 +6,8 @@
 // the device and on the host: cuMemCreate, cuMemMap, cuMemSetAccess per page and for the whole
 // range in one call, cuMemUnmap, cuMemRelease; copies of the range between the two locations.
 // Then whole moves through the allocator: a live allocation of PAGES pages offloaded to host
-// memory and prefetched back (cudalloc_offload / cudalloc_prefetch's code path).
+// memory and prefetched back (cudalloc_offload / cudalloc_prefetch's code path). Last, the
+// page-table calls again with physical allocations of 16 and 64 MiB, each mapped whole.
 // Prints microseconds per page and GB/s. Exit 77 without a GPU.
 #include <chrono>
 #include <cstdio>
@@ -120,6 +121,43 @@ void bench_moves(device::Device& dev, std::size_t pages, std::size_t page) {
   alloc.deallocate(p);
 }
 
+// The same range backed by physical allocations of `chunk` bytes, each mapped whole: what the
+// driver's page-table work costs per 2 MiB when one handle covers many pages (create, map, one
+// set_access for the range, unmap, release), for device and host-located memory.
+void bench_chunks(device::Device& dev, std::size_t pages, std::size_t page) {
+  const std::size_t bytes = pages * page;
+  for (const Location where : {Location::device, Location::host}) {
+    for (const std::size_t chunk : {page, std::size_t{16} << 20, std::size_t{64} << 20}) {
+      if (chunk % page != 0 || bytes % chunk != 0) continue;
+      const std::size_t chunks = bytes / chunk;
+      std::uintptr_t va = 0;
+      if (!ok(dev.reserve(0, bytes, &va))) return;
+      std::vector<device::PhysicalHandle> handles(chunks);
+      const double scale = double(chunk / page);  // per_page measures per chunk
+      const double create = per_page(chunks, [&](std::size_t i) {
+        return ok(dev.create_physical(0, chunk, where, &handles[i]));
+      }) / scale;
+      const double map = per_page(chunks, [&](std::size_t i) {
+        return ok(dev.map(va + i * chunk, chunk, handles[i], 0));
+      }) / scale;
+      double start = now_us();
+      const bool access_ok = ok(dev.set_access(0, va, bytes));
+      const double access = (now_us() - start) / double(pages);
+      const double unmap = per_page(chunks, [&](std::size_t i) {
+        return ok(dev.unmap(va + i * chunk, chunk));
+      }) / scale;
+      const double release = per_page(chunks, [&](std::size_t i) {
+        return ok(dev.release_physical(handles[i]));
+      }) / scale;
+      dev.unreserve(va, bytes);
+      std::printf("%-6s chunks of %3zu MiB: per 2 MiB create %7.2f us, map %6.2f us, set_access "
+                  "%6.2f us (one call), unmap %6.2f us, release %7.2f us%s\n",
+                  where == Location::host ? "host" : "device", chunk >> 20, create, map, access,
+                  unmap, release, access_ok ? "" : " (set_access FAILED)");
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -151,5 +189,6 @@ int main(int argc, char** argv) {
   tear_down(*dev, on_device, page, "device");
   tear_down(*dev, on_host, page, "host");
   bench_moves(*dev, pages, page);
+  bench_chunks(*dev, pages, page);
   return 0;
 }
