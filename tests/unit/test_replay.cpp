@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "replay/plan.h"
+#include "replay/expandable_model.h"
 #include "replay/pytorch_model.h"
 #include "replay/runner.h"
 #include "util/units.h"
@@ -139,4 +140,134 @@ TEST_CASE("PyTorch's model refuses a request larger than the device without wrap
   CHECK(model.segment_allocs() == 0);
   REQUIRE(model.allocate(512, 0, &handle));
   CHECK(model.reserved() == 2 * MiB);
+}
+
+TEST_CASE("the expandable model grows one segment per stream and pool by pages",
+          "[replay][expandable]") {
+  ExpandableModel m(std::uint64_t(1) << 40);
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  REQUIRE(m.allocate(100, 0, &a));  // small pool: one 2 MiB page
+  CHECK(m.reserved() == 2 * MiB);
+  REQUIRE(m.allocate(3 * MiB, 0, &b));  // large pool: one 20 MiB page
+  CHECK(m.reserved() == 22 * MiB);
+  REQUIRE(m.allocate(3 * MiB, 0, &c));  // split from it: [0, 3) [3, 6) free [6, 20)
+  CHECK(m.reserved() == 22 * MiB);
+  void* d = nullptr;
+  // The free tail (14 MiB) is extended by one page rather than a block mapped beside it.
+  REQUIRE(m.allocate(15 * MiB, 0, &d));
+  CHECK(m.reserved() == 42 * MiB);
+  CHECK(m.segment_allocs() == 3);  // three map calls
+  CHECK(m.page_maps() == 3);
+  void* e = nullptr;
+  REQUIRE(m.allocate(19 * MiB, 0, &e));  // the rest of the tail: 14 + 20 - 15 MiB
+  CHECK(m.reserved() == 42 * MiB);
+  void* f = nullptr;
+  REQUIRE(m.allocate(50 * MiB, 0, &f));  // the request rounded up to pages: 60 MiB
+  CHECK(m.reserved() == 102 * MiB);
+  CHECK(m.page_maps() == 6);
+  void* g = nullptr;
+  REQUIRE(m.allocate(3 * MiB, 1, &g));  // another stream: its own segment
+  CHECK(m.reserved() == 122 * MiB);
+  m.free(b);
+  void* h = nullptr;
+  REQUIRE(m.allocate(3 * MiB, 1, &h));  // stream 1's rest, not stream 0's freed block
+  CHECK(m.reserved() == 122 * MiB);
+  void* i = nullptr;
+  REQUIRE(m.allocate(3 * MiB, 0, &i));  // stream 0's freed block: freed memory stays mapped
+  CHECK(m.reserved() == 122 * MiB);
+  for (void* p : {a, c, d, e, f, g, h, i}) m.free(p);
+  CHECK(m.reserved() == 122 * MiB);
+  CHECK(m.segment_frees() == 0);
+}
+
+TEST_CASE("the expandable model splits small rests in the large pool and maps 2 MiB small pages",
+          "[replay][expandable]") {
+  ExpandableModel m(std::uint64_t(1) << 40);
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  REQUIRE(m.allocate(1 * MiB, 0, &a));
+  REQUIRE(m.allocate(1 * MiB, 0, &b));  // the rest of the first small page
+  CHECK(m.reserved() == 2 * MiB);
+  REQUIRE(m.allocate(512 * KiB, 0, &c));  // a second small page
+  CHECK(m.reserved() == 4 * MiB);
+  // Native PyTorch keeps a large block whole when the rest is 1 MiB or less; with expandable
+  // segments any rest of 512 B or more splits off. 19.5 MiB leave 512 KiB free at the end of
+  // the page; 1.5 MiB extend them by a page and leave exactly 19 MiB for the next request.
+  void* d = nullptr;
+  void* e = nullptr;
+  void* f = nullptr;
+  REQUIRE(m.allocate(19 * MiB + 512 * KiB, 0, &d));
+  REQUIRE(m.allocate(1 * MiB + 512 * KiB, 0, &e));
+  CHECK(m.reserved() == 44 * MiB);
+  REQUIRE(m.allocate(19 * MiB, 0, &f));
+  CHECK(m.reserved() == 44 * MiB);
+}
+
+TEST_CASE("the expandable model prefers a block that cannot grow over the segment's free tail",
+          "[replay][expandable]") {
+  ExpandableModel m(std::uint64_t(1) << 40);
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  REQUIRE(m.allocate(16 * MiB, 0, &a));  // [0, 16) of a 20 MiB page
+  REQUIRE(m.allocate(4 * MiB, 0, &b));   // [16, 20)
+  REQUIRE(m.allocate(25 * MiB, 0, &c));  // [20, 45), free tail [45, 60)
+  CHECK(m.reserved() == 60 * MiB);
+  m.free(a);  // [0, 16) free, bounded by b
+  // 15 MiB: the tail fits best but could grow, so the 16 MiB block is taken; the next 16 MiB
+  // then finds only the 15 MiB tail and extends it by a page.
+  void* d = nullptr;
+  void* e = nullptr;
+  REQUIRE(m.allocate(15 * MiB, 0, &d));
+  CHECK(m.reserved() == 60 * MiB);
+  REQUIRE(m.allocate(16 * MiB, 0, &e));
+  CHECK(m.reserved() == 80 * MiB);
+}
+
+TEST_CASE("the expandable model unmaps only whole pages inside free blocks when out of memory",
+          "[replay][expandable]") {
+  ExpandableModel m(100 * MiB);  // a large segment spans 120 MiB of addresses (9/8, in pages)
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  REQUIRE(m.allocate(30 * MiB, 0, &a));  // [0, 30), free [30, 40)
+  REQUIRE(m.allocate(30 * MiB, 0, &b));  // the tail extended: [30, 60)
+  REQUIRE(m.allocate(5 * MiB, 0, &c));   // [60, 65), free [65, 80)
+  CHECK(m.reserved() == 80 * MiB);
+  m.free(a);  // free [0, 30): one whole page, [0, 20)
+  // 40 MiB: extending [65, 80) needs two more pages (120 MiB > 100). The cache is released:
+  // [0, 20) is unmapped, [20, 30) and [65, 80) hold no whole page and stay mapped. Retry.
+  void* d = nullptr;
+  REQUIRE(m.allocate(40 * MiB, 0, &d));  // [65, 105), free [105, 120)
+  CHECK(m.reserved() == 100 * MiB);
+  CHECK(m.peak_reserved() == 100 * MiB);
+  CHECK(m.segment_frees() == 1);
+  CHECK(m.page_unmaps() == 1);
+  CHECK(m.page_maps() == 6);
+  void* e = nullptr;
+  REQUIRE(m.allocate(10 * MiB, 0, &e));  // [20, 30) is still mapped: no new page
+  CHECK(m.reserved() == 100 * MiB);
+  void* f = nullptr;
+  CHECK_FALSE(m.allocate(50 * MiB, 0, &f));  // nothing left to unmap
+  CHECK(m.reserved() == 100 * MiB);
+  CHECK(m.segment_frees() == 1);
+}
+
+TEST_CASE("the expandable model releases a segment left wholly unmapped", "[replay][expandable]") {
+  ExpandableModel m(100 * MiB);
+  void* a = nullptr;
+  REQUIRE(m.allocate(30 * MiB, 0, &a));
+  m.free(a);
+  CHECK(m.reserved() == 40 * MiB);
+  void* b = nullptr;
+  REQUIRE(m.allocate(70 * MiB, 1, &b));  // stream 1 needs 80 MiB: stream 0's pages go
+  CHECK(m.reserved() == 80 * MiB);
+  CHECK(m.page_unmaps() == 2);
+  void* c = nullptr;
+  REQUIRE(m.allocate(20 * MiB, 0, &c));  // stream 0 gets a segment again
+  CHECK(m.reserved() == 100 * MiB);
+  CHECK_FALSE(m.allocate(1, 0, &a));  // small pool: no page left for it
 }

@@ -5,6 +5,7 @@
 
 #include "core/device_allocator.h"
 #include "device/fake_device.h"
+#include "replay/expandable_model.h"
 #include "replay/pytorch_model.h"
 
 namespace cudalloc::replay {
@@ -83,20 +84,45 @@ PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint6
   return r;
 }
 
-PolicyResult run_pytorch(const Plan& plan, std::uint64_t capacity) {
-  PytorchModel model(capacity);
+namespace {
+
+// Replays `plan` through a model of PyTorch (BlockModel's interface); at_half(model) runs
+// when half of the ops have been replayed.
+template <typename Model, typename AtHalf>
+PolicyResult run_model(const Plan& plan, Model& model, const char* name, AtHalf&& at_half) {
   PolicyResult r;
-  r.policy = "pytorch";
+  r.policy = name;
   r.replay_ns_per_event = timed_replay(
       plan,
       [&](std::uint64_t size, std::uint64_t stream, void** p) {
         return model.allocate(size, stream, p);
       },
-      [&](void* p) { model.free(p); }, [] {}, [] {}, &r.oom_events);
+      [&](void* p) { model.free(p); }, [&] { at_half(model); }, [] {}, &r.oom_events);
   r.peak_reserved_bytes = model.peak_reserved();
   r.final_reserved_bytes = model.reserved();
   r.device_allocs = model.segment_allocs();
   r.device_frees = model.segment_frees();
+  return r;
+}
+
+}  // namespace
+
+PolicyResult run_pytorch(const Plan& plan, std::uint64_t capacity) {
+  PytorchModel model(capacity);
+  return run_model(plan, model, "pytorch", [](const PytorchModel&) {});
+}
+
+PolicyResult run_expandable(const Plan& plan, std::uint64_t capacity) {
+  ExpandableModel model(capacity);
+  std::uint64_t half_maps = 0, half_unmaps = 0;
+  PolicyResult r = run_model(plan, model, "expandable", [&](const ExpandableModel& m) {
+    half_maps = m.page_maps();
+    half_unmaps = m.page_unmaps();
+  });
+  r.page_maps = model.page_maps();
+  r.page_unmaps = model.page_unmaps();
+  r.late_page_maps = r.page_maps - half_maps;
+  r.late_page_unmaps = r.page_unmaps - half_unmaps;
   return r;
 }
 

@@ -11,14 +11,18 @@
 namespace cudalloc::replay {
 
 struct PolicyResult {
-  std::string policy;                 // "cudalloc" or "pytorch"
+  std::string policy;                 // "cudalloc", "pytorch" or "expandable"
   std::uint64_t peak_reserved_bytes = 0;
   std::uint64_t final_reserved_bytes = 0;
-  std::uint64_t device_allocs = 0;    // segments obtained from the (simulated) driver
+  // Calls that obtained / returned device memory from the (simulated) driver: cudalloc's
+  // device_allocs stat (physical pages created in paged mode, segments with vmm:0), PyTorch's
+  // cudaMalloc calls (pytorch), its map calls of expandable segments (expandable).
+  std::uint64_t device_allocs = 0;
   std::uint64_t device_frees = 0;
   std::uint64_t oom_events = 0;       // allocations that failed; their frees are skipped
-  // Paged mode: pages mapped / unmapped (all, and in the second half of the events, where a
-  // repeating workload is in its steady state) and host waits before a page moved.
+  // cudalloc's paged mode and expandable segments: pages mapped / unmapped (all, and in the
+  // second half of the events, where a repeating workload is in its steady state); cudalloc's
+  // host waits before a page moved.
   std::uint64_t page_maps = 0;
   std::uint64_t page_unmaps = 0;
   std::uint64_t late_page_maps = 0;
@@ -38,5 +42,8 @@ PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint6
                           DeviceState* final_state = nullptr, bool device_order = false);
 // PyTorch's native caching rules (PytorchModel).
 PolicyResult run_pytorch(const Plan& plan, std::uint64_t capacity);
+// PyTorch's rules with expandable_segments:True (ExpandableModel); its pages are 2 MiB in
+// the small pool, 20 MiB in the large.
+PolicyResult run_expandable(const Plan& plan, std::uint64_t capacity);
 
 }  // namespace cudalloc::replay
