@@ -142,6 +142,27 @@ TEST_CASE("PyTorch's model refuses a request larger than the device without wrap
   CHECK(model.reserved() == 2 * MiB);
 }
 
+// PyTorch tries the driver, fails, releases its cache and fails again: a request larger than
+// the device empties the cache of both models, as it does on the GPU.
+TEST_CASE("a request larger than the device releases the models' cache", "[replay]") {
+  PytorchModel native(64 * MiB);
+  ExpandableModel expandable(64 * MiB);
+  void* a = nullptr;
+  void* b = nullptr;
+  REQUIRE(native.allocate(30 * MiB, 0, &a));
+  REQUIRE(expandable.allocate(30 * MiB, 0, &b));
+  native.free(a);
+  expandable.free(b);
+  CHECK(native.reserved() == 30 * MiB);
+  CHECK(expandable.reserved() == 40 * MiB);
+  CHECK_FALSE(native.allocate(65 * MiB, 0, &a));
+  CHECK_FALSE(expandable.allocate(65 * MiB, 0, &b));
+  CHECK(native.reserved() == 0);
+  CHECK(expandable.reserved() == 0);
+  CHECK(native.segment_frees() == 1);
+  CHECK(expandable.page_unmaps() == 2);
+}
+
 TEST_CASE("the expandable model grows one segment per stream and pool by pages",
           "[replay][expandable]") {
   ExpandableModel m(std::uint64_t(1) << 40);

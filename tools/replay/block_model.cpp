@@ -15,8 +15,13 @@ BlockModel::~BlockModel() {
 }
 
 bool BlockModel::allocate(std::uint64_t size, std::uint64_t stream, void** handle) {
-  // Larger than the device: it can never fit. Near 2^64, rounding up would wrap to a small size.
-  if (size > capacity_ || size > UINT64_MAX - kLargeBuffer) return false;
+  // Larger than the device: it can never fit, but PyTorch learns that from the driver, and
+  // releases its cache before the retry fails too. Checked before rounding, which would wrap
+  // near 2^64 to a small size.
+  if (size > capacity_ || size > UINT64_MAX - kLargeBuffer) {
+    release_cache();
+    return false;
+  }
   size = size < kMinBlock ? kMinBlock : (size + kMinBlock - 1) / kMinBlock * kMinBlock;
   const bool small = size <= kSmallSize;
   Block* block = take_free(small, stream, size);

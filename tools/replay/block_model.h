@@ -24,7 +24,8 @@ class BlockModel {
   BlockModel(const BlockModel&) = delete;
   BlockModel& operator=(const BlockModel&) = delete;
 
-  // Returns false when the request does not fit even after releasing the cache.
+  // Returns false when the request does not fit even after releasing the cache (released
+  // also for a request larger than the device).
   bool allocate(std::uint64_t size, std::uint64_t stream, void** handle);
   // `handle`: from allocate, not freed since.
   void free(void* handle);
