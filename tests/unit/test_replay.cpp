@@ -1,7 +1,8 @@
 #include <catch2/catch.hpp>
 
-#include "replay/plan.h"
+#include "replay/curves.h"
 #include "replay/expandable_model.h"
+#include "replay/plan.h"
 #include "replay/pytorch_model.h"
 #include "replay/runner.h"
 #include "util/units.h"
@@ -291,4 +292,115 @@ TEST_CASE("the expandable model releases a segment left wholly unmapped", "[repl
   REQUIRE(m.allocate(20 * MiB, 0, &c));  // stream 0 gets a segment again
   CHECK(m.reserved() == 100 * MiB);
   CHECK_FALSE(m.allocate(1, 0, &a));  // small pool: no page left for it
+}
+
+namespace {
+
+// Ten events of one device, every kind: an ignored free_requested, segment_alloc and oom, and
+// an inconsistent free (event 7), skipped.
+std::vector<TraceRecord> curve_trace() {
+  return {alloc(0x1000, 4 * MiB),
+          {TraceAction::free_requested, 0x1000, 4 * MiB, 0, 0},
+          release(0x1000),
+          {TraceAction::segment_alloc, 0x9000, 20 * MiB, 0, 0},
+          alloc(0x2000, 30 * MiB),
+          alloc(0x3000, 100),
+          release(0x2000),
+          release(0xdead),
+          alloc(0x4000, 8 * MiB),
+          {TraceAction::oom, 0, 1, 0, 0}};
+}
+
+// Buckets [0, 2) [2, 2) [2, 5) [5, 9) [9, 12) [12, 20) [20, ...): one without events inside
+// the trace, two after its end.
+const std::vector<std::uint64_t> kBucketFirst = {0, 2, 2, 5, 9, 12, 20};
+
+void check_curve(const ReservedCurve& c, const std::vector<std::int64_t>& min,
+                 const std::vector<std::int64_t>& max) {
+  INFO(c.policy);
+  std::vector<std::int64_t> min_mib, max_mib;
+  for (auto v : c.min) min_mib.push_back(v / std::int64_t(MiB));
+  for (auto v : c.max) max_mib.push_back(v / std::int64_t(MiB));
+  CHECK(min_mib == min);
+  CHECK(max_mib == max);
+  CHECK(c.skipped_events == 1);
+}
+
+}  // namespace
+
+TEST_CASE("reserved curves hold each policy's reserved bytes per bucket of events",
+          "[replay][curves]") {
+  std::vector<ReservedCurve> curves;
+  std::string error;
+  REQUIRE(replay_curves(curve_trace(), Settings{}, std::uint64_t(1) << 40, kBucketFirst, &curves,
+                        &error));
+  REQUIRE(curves.size() == 3);
+  // cudalloc, paged: reserved is its 2 MiB physical pages: 4 MiB, then 30 MiB (the two idle
+  // pages reused), a 2 MiB slab for 100 B, and 8 MiB from idle pages.
+  CHECK(curves[0].policy == "cudalloc");
+  check_curve(curves[0], {0, 4, 4, 32, 32, 32, 32}, {4, 4, 30, 32, 32, 32, 32});
+  CHECK(curves[0].peak_reserved == 32 * MiB);
+  CHECK(curves[0].page_maps == 16);
+  // Native: a 20 MiB segment for 4 MiB, 30 MiB of its own, 2 MiB small; 8 MiB reuse.
+  CHECK(curves[1].policy == "pytorch");
+  check_curve(curves[1], {0, 20, 20, 52, 52, 52, 52}, {20, 20, 50, 52, 52, 52, 52});
+  CHECK(curves[1].page_maps == 0);
+  // Expandable: the free 20 MiB extended by a page for 30 MiB, a 2 MiB small page.
+  CHECK(curves[2].policy == "expandable");
+  check_curve(curves[2], {0, 20, 20, 42, 42, 42, 42}, {20, 20, 40, 42, 42, 42, 42});
+  CHECK(curves[2].page_maps == 3);
+  const double live = double(30 * MiB + 100);  // a2 and a3
+  CHECK(curves[1].fragmentation == Approx(52 * MiB / live));
+  CHECK(curves[2].fragmentation == Approx(42 * MiB / live));
+  for (const auto& c : curves) CHECK(c.oom_events == 0);
+}
+
+TEST_CASE("reserved curves of a replay whose allocations fail", "[replay][curves]") {
+  std::vector<ReservedCurve> curves;
+  std::string error;
+  REQUIRE(replay_curves(curve_trace(), Settings{}, 24 * MiB, kBucketFirst, &curves, &error));
+  // 30 MiB never fit: the models release their cache (reserved 0 after event 4) and skip the
+  // free at event 6; 100 B take a small page, 8 MiB a new 20 MiB segment / page.
+  for (const std::size_t i : {1, 2}) {
+    check_curve(curves[i], {0, 20, 0, 2, 22, 22, 22}, {20, 20, 20, 22, 22, 22, 22});
+    CHECK(curves[i].oom_events == 1);
+    // Against what was live in this replay (8 MiB + 100 B), not the trace's 30 MiB.
+    CHECK(curves[i].fragmentation == Approx(22 * MiB / double(8 * MiB + 100)));
+  }
+  CHECK(curves[0].oom_events == 1);
+  CHECK(curves[0].fragmentation >= 1.0);
+}
+
+TEST_CASE("reserved curves refuse broken buckets, several devices and malformed sizes",
+          "[replay][curves][errors]") {
+  std::vector<ReservedCurve> curves;
+  std::string error;
+  CHECK_FALSE(replay_curves(curve_trace(), Settings{}, GiB, {}, &curves, &error));
+  CHECK(error.find("start with 0") != std::string::npos);
+  CHECK_FALSE(replay_curves(curve_trace(), Settings{}, GiB, {0, 5, 3}, &curves, &error));
+  CHECK(error.find("decreases at bucket 2") != std::string::npos);
+  std::vector<TraceRecord> two = curve_trace();
+  two[3].device = 1;
+  CHECK_FALSE(replay_curves(two, Settings{}, GiB, {0}, &curves, &error));
+  CHECK(error.find("devices 0 and 1") != std::string::npos);
+  CHECK_FALSE(replay_curves({alloc(1, UINT64_MAX)}, Settings{}, GiB, {0}, &curves, &error));
+  CHECK(error.find("malformed trace at event 0") != std::string::npos);
+  CHECK(curves.empty());
+  // No events: every bucket holds 0.
+  REQUIRE(replay_curves({}, Settings{}, GiB, {0, 0, 3}, &curves, &error));
+  for (const auto& c : curves) {
+    CHECK(c.min == std::vector<std::int64_t>{0, 0, 0});
+    CHECK(c.max == std::vector<std::int64_t>{0, 0, 0});
+  }
+}
+
+TEST_CASE("a plan remembers the device event each op came from", "[replay][curves]") {
+  std::vector<TraceRecord> events = curve_trace();
+  events.insert(events.begin() + 1, TraceRecord{TraceAction::alloc, 0x7000, 512, 0, 1});
+  Plan plan;
+  std::string error;
+  REQUIRE(make_plan(events, 0, true, &plan, &error));
+  // Device 0's events 0, 2, 4, 5, 6, 8: the other device's record does not count.
+  CHECK(plan.op_events == std::vector<std::uint64_t>{0, 2, 4, 5, 6, 8});
+  CHECK(plan.op_events.size() == plan.ops.size());
 }
