@@ -27,6 +27,11 @@ expect() {  # expect CODE PATTERN COMMAND...: exit status CODE and PATTERN in th
 expect 0 "peak live" "$cli" replay "$trace"
 expect 0 '"fragmentation"' "$cli" replay --json "$trace"
 expect 0 "^\| trace" "$cli" replay --table "$trace"
+# --policy: all (the default) is cudalloc and both PyTorch models, both is cudalloc and native.
+expect 0 "^  expandable +peak reserved" "$cli" replay "$trace"
+expect 0 '"policies":\{"cudalloc".*"expandable".*"pytorch"' "$cli" replay --json --policy all "$trace"
+expect 0 '^\{' bash -c "'$cli' replay --json --policy both '$trace' | grep -v '\"expandable\":'"
+expect 0 '"policies":\{"expandable":\{[^}]*"page_maps"' "$cli" replay --json --policy expandable "$trace"
 expect 0 "" "$cli" replay --conf trace:1000 --snapshot "$dir/s.json" "$trace"
 expect 0 "reserved" "$cli" inspect "$dir/s.json"
 expect 0 "" "$cli" convert "$dir/s.json" -o "$dir/s.pickle"
@@ -158,7 +163,8 @@ expect 2 "not a JSON snapshot" "$cli" replay "$dir/garbage"
 expect 2 "cannot open" "$cli" replay "$dir/missing.json"
 expect 2 "usage" "$cli" replay
 expect 2 "replay: --capacity 'lots': expected a size" "$cli" replay --capacity lots "$trace"
-expect 2 "replay: --policy 'pytroch': expected cudalloc, pytorch or both" "$cli" replay --policy pytroch "$trace"
+expect 2 "replay: --policy 'pytroch': expected cudalloc, pytorch, expandable, both or all" \
+  "$cli" replay --policy pytroch "$trace"
 expect 2 "replay: --snapshot with 2 traces: expected one trace" "$cli" replay --snapshot "$dir/two.json" "$trace" "$trace"
 expect 2 "inspect: --top 'x': expected a whole number" "$cli" inspect "$dir/s.json" --top x
 expect 2 "inspect: --top '-3': expected a whole number" "$cli" inspect "$dir/s.json" --top -3

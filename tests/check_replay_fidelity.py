@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Replaying each shared trace under PyTorch's rules must reproduce the peak reserved memory
-PyTorch itself reported for the workload (meta.native.peak_reserved) within 0.5%: that is
-what makes replay on a simulated device a prediction of the GPU. Exits 77 (skipped) when the
+PyTorch itself reported for the workload within 0.5%: the native model against
+meta.native.peak_reserved, the expandable-segments model against
+meta.expandable_segments.peak_reserved. That is what makes replay on a simulated device a
+prediction of the GPU. Exits 77 (skipped) when the
 traces are not there.  Usage: check_replay_fidelity.py CUDALLOC_CLI TRACE_DIR"""
 import glob
 import json
@@ -24,16 +26,22 @@ def main():
             failures += 1
             continue
         r = json.loads(out.stdout)
-        native = r.get("pytorch_reported", {}).get("native")
-        if native is None:
-            print(f"skip {trace}: no meta.native")
-            continue
-        ours = r["policies"]["pytorch"]["peak_reserved_bytes"]
-        error = (ours - native["peak_reserved_bytes"]) / native["peak_reserved_bytes"]
-        ok = abs(error) <= 0.005 and r["policies"]["cudalloc"].get("invariant_violation") is None
-        failures += not ok
-        print(f"{'ok' if ok else 'FAIL'} {os.path.basename(trace)}: PyTorch rules "
-              f"{ours} vs PyTorch {native['peak_reserved_bytes']} ({100 * error:+.3f}%)")
+        if r["policies"]["cudalloc"].get("invariant_violation") is not None:
+            print(f"FAIL {trace}: {r['policies']['cudalloc']['invariant_violation']}")
+            failures += 1
+        for mode, policy, name in (("native", "pytorch", "PyTorch rules"),
+                                   ("expandable_segments", "expandable", "expandable rules")):
+            reported = r.get("pytorch_reported", {}).get(mode)
+            if reported is None:
+                print(f"skip {trace}: no meta.{mode}")
+                continue
+            ours = r["policies"][policy]["peak_reserved_bytes"]
+            theirs = reported["peak_reserved_bytes"]
+            error = (ours - theirs) / theirs
+            ok = abs(error) <= 0.005
+            failures += not ok
+            print(f"{'ok' if ok else 'FAIL'} {os.path.basename(trace)}: {name} "
+                  f"{ours} vs PyTorch {theirs} ({100 * error:+.3f}%)")
     return 1 if failures else 0
 
 

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include "replay/curves.h"
+#include "replay/expandable_model.h"
 #include "replay/plan.h"
 #include "replay/pytorch_model.h"
 #include "replay/runner.h"
@@ -139,4 +141,266 @@ TEST_CASE("PyTorch's model refuses a request larger than the device without wrap
   CHECK(model.segment_allocs() == 0);
   REQUIRE(model.allocate(512, 0, &handle));
   CHECK(model.reserved() == 2 * MiB);
+}
+
+// PyTorch tries the driver, fails, releases its cache and fails again: a request larger than
+// the device empties the cache of both models, as it does on the GPU.
+TEST_CASE("a request larger than the device releases the models' cache", "[replay]") {
+  PytorchModel native(64 * MiB);
+  ExpandableModel expandable(64 * MiB);
+  void* a = nullptr;
+  void* b = nullptr;
+  REQUIRE(native.allocate(30 * MiB, 0, &a));
+  REQUIRE(expandable.allocate(30 * MiB, 0, &b));
+  native.free(a);
+  expandable.free(b);
+  CHECK(native.reserved() == 30 * MiB);
+  CHECK(expandable.reserved() == 40 * MiB);
+  CHECK_FALSE(native.allocate(65 * MiB, 0, &a));
+  CHECK_FALSE(expandable.allocate(65 * MiB, 0, &b));
+  CHECK(native.reserved() == 0);
+  CHECK(expandable.reserved() == 0);
+  CHECK(native.segment_frees() == 1);
+  CHECK(expandable.page_unmaps() == 2);
+}
+
+TEST_CASE("the expandable model grows one segment per stream and pool by pages",
+          "[replay][expandable]") {
+  ExpandableModel m(std::uint64_t(1) << 40);
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  REQUIRE(m.allocate(100, 0, &a));  // small pool: one 2 MiB page
+  CHECK(m.reserved() == 2 * MiB);
+  REQUIRE(m.allocate(3 * MiB, 0, &b));  // large pool: one 20 MiB page
+  CHECK(m.reserved() == 22 * MiB);
+  REQUIRE(m.allocate(3 * MiB, 0, &c));  // split from it: [0, 3) [3, 6) free [6, 20)
+  CHECK(m.reserved() == 22 * MiB);
+  void* d = nullptr;
+  // The free tail (14 MiB) is extended by one page rather than a block mapped beside it.
+  REQUIRE(m.allocate(15 * MiB, 0, &d));
+  CHECK(m.reserved() == 42 * MiB);
+  CHECK(m.segment_allocs() == 3);  // three map calls
+  CHECK(m.page_maps() == 3);
+  void* e = nullptr;
+  REQUIRE(m.allocate(19 * MiB, 0, &e));  // the rest of the tail: 14 + 20 - 15 MiB
+  CHECK(m.reserved() == 42 * MiB);
+  void* f = nullptr;
+  REQUIRE(m.allocate(50 * MiB, 0, &f));  // the request rounded up to pages: 60 MiB
+  CHECK(m.reserved() == 102 * MiB);
+  CHECK(m.page_maps() == 6);
+  void* g = nullptr;
+  REQUIRE(m.allocate(3 * MiB, 1, &g));  // another stream: its own segment
+  CHECK(m.reserved() == 122 * MiB);
+  m.free(b);
+  void* h = nullptr;
+  REQUIRE(m.allocate(3 * MiB, 1, &h));  // stream 1's rest, not stream 0's freed block
+  CHECK(m.reserved() == 122 * MiB);
+  void* i = nullptr;
+  REQUIRE(m.allocate(3 * MiB, 0, &i));  // stream 0's freed block: freed memory stays mapped
+  CHECK(m.reserved() == 122 * MiB);
+  for (void* p : {a, c, d, e, f, g, h, i}) m.free(p);
+  CHECK(m.reserved() == 122 * MiB);
+  CHECK(m.segment_frees() == 0);
+}
+
+TEST_CASE("the expandable model splits small rests in the large pool and maps 2 MiB small pages",
+          "[replay][expandable]") {
+  ExpandableModel m(std::uint64_t(1) << 40);
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  REQUIRE(m.allocate(1 * MiB, 0, &a));
+  REQUIRE(m.allocate(1 * MiB, 0, &b));  // the rest of the first small page
+  CHECK(m.reserved() == 2 * MiB);
+  REQUIRE(m.allocate(512 * KiB, 0, &c));  // a second small page
+  CHECK(m.reserved() == 4 * MiB);
+  // Native PyTorch keeps a large block whole when the rest is 1 MiB or less; with expandable
+  // segments any rest of 512 B or more splits off. 19.5 MiB leave 512 KiB free at the end of
+  // the page; 1.5 MiB extend them by a page and leave exactly 19 MiB for the next request.
+  void* d = nullptr;
+  void* e = nullptr;
+  void* f = nullptr;
+  REQUIRE(m.allocate(19 * MiB + 512 * KiB, 0, &d));
+  REQUIRE(m.allocate(1 * MiB + 512 * KiB, 0, &e));
+  CHECK(m.reserved() == 44 * MiB);
+  REQUIRE(m.allocate(19 * MiB, 0, &f));
+  CHECK(m.reserved() == 44 * MiB);
+}
+
+TEST_CASE("the expandable model prefers a block that cannot grow over the segment's free tail",
+          "[replay][expandable]") {
+  ExpandableModel m(std::uint64_t(1) << 40);
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  REQUIRE(m.allocate(16 * MiB, 0, &a));  // [0, 16) of a 20 MiB page
+  REQUIRE(m.allocate(4 * MiB, 0, &b));   // [16, 20)
+  REQUIRE(m.allocate(25 * MiB, 0, &c));  // [20, 45), free tail [45, 60)
+  CHECK(m.reserved() == 60 * MiB);
+  m.free(a);  // [0, 16) free, bounded by b
+  // 15 MiB: the tail fits best but could grow, so the 16 MiB block is taken; the next 16 MiB
+  // then finds only the 15 MiB tail and extends it by a page.
+  void* d = nullptr;
+  void* e = nullptr;
+  REQUIRE(m.allocate(15 * MiB, 0, &d));
+  CHECK(m.reserved() == 60 * MiB);
+  REQUIRE(m.allocate(16 * MiB, 0, &e));
+  CHECK(m.reserved() == 80 * MiB);
+}
+
+TEST_CASE("the expandable model unmaps only whole pages inside free blocks when out of memory",
+          "[replay][expandable]") {
+  ExpandableModel m(100 * MiB);  // a large segment spans 120 MiB of addresses (9/8, in pages)
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  REQUIRE(m.allocate(30 * MiB, 0, &a));  // [0, 30), free [30, 40)
+  REQUIRE(m.allocate(30 * MiB, 0, &b));  // the tail extended: [30, 60)
+  REQUIRE(m.allocate(5 * MiB, 0, &c));   // [60, 65), free [65, 80)
+  CHECK(m.reserved() == 80 * MiB);
+  m.free(a);  // free [0, 30): one whole page, [0, 20)
+  // 40 MiB: extending [65, 80) needs two more pages (120 MiB > 100). The cache is released:
+  // [0, 20) is unmapped, [20, 30) and [65, 80) hold no whole page and stay mapped. Retry.
+  void* d = nullptr;
+  REQUIRE(m.allocate(40 * MiB, 0, &d));  // [65, 105), free [105, 120)
+  CHECK(m.reserved() == 100 * MiB);
+  CHECK(m.peak_reserved() == 100 * MiB);
+  CHECK(m.segment_frees() == 1);
+  CHECK(m.page_unmaps() == 1);
+  CHECK(m.page_maps() == 6);
+  void* e = nullptr;
+  REQUIRE(m.allocate(10 * MiB, 0, &e));  // [20, 30) is still mapped: no new page
+  CHECK(m.reserved() == 100 * MiB);
+  void* f = nullptr;
+  CHECK_FALSE(m.allocate(50 * MiB, 0, &f));  // nothing left to unmap
+  CHECK(m.reserved() == 100 * MiB);
+  CHECK(m.segment_frees() == 1);
+}
+
+TEST_CASE("the expandable model releases a segment left wholly unmapped", "[replay][expandable]") {
+  ExpandableModel m(100 * MiB);
+  void* a = nullptr;
+  REQUIRE(m.allocate(30 * MiB, 0, &a));
+  m.free(a);
+  CHECK(m.reserved() == 40 * MiB);
+  void* b = nullptr;
+  REQUIRE(m.allocate(70 * MiB, 1, &b));  // stream 1 needs 80 MiB: stream 0's pages go
+  CHECK(m.reserved() == 80 * MiB);
+  CHECK(m.page_unmaps() == 2);
+  void* c = nullptr;
+  REQUIRE(m.allocate(20 * MiB, 0, &c));  // stream 0 gets a segment again
+  CHECK(m.reserved() == 100 * MiB);
+  CHECK_FALSE(m.allocate(1, 0, &a));  // small pool: no page left for it
+}
+
+namespace {
+
+// Ten events of one device, every kind: an ignored free_requested, segment_alloc and oom, and
+// an inconsistent free (event 7), skipped.
+std::vector<TraceRecord> curve_trace() {
+  return {alloc(0x1000, 4 * MiB),
+          {TraceAction::free_requested, 0x1000, 4 * MiB, 0, 0},
+          release(0x1000),
+          {TraceAction::segment_alloc, 0x9000, 20 * MiB, 0, 0},
+          alloc(0x2000, 30 * MiB),
+          alloc(0x3000, 100),
+          release(0x2000),
+          release(0xdead),
+          alloc(0x4000, 8 * MiB),
+          {TraceAction::oom, 0, 1, 0, 0}};
+}
+
+// Buckets [0, 2) [2, 2) [2, 5) [5, 9) [9, 12) [12, 20) [20, ...): one without events inside
+// the trace, two after its end.
+const std::vector<std::uint64_t> kBucketFirst = {0, 2, 2, 5, 9, 12, 20};
+
+void check_curve(const ReservedCurve& c, const std::vector<std::int64_t>& min,
+                 const std::vector<std::int64_t>& max) {
+  INFO(c.policy);
+  std::vector<std::int64_t> min_mib, max_mib;
+  for (auto v : c.min) min_mib.push_back(v / std::int64_t(MiB));
+  for (auto v : c.max) max_mib.push_back(v / std::int64_t(MiB));
+  CHECK(min_mib == min);
+  CHECK(max_mib == max);
+  CHECK(c.skipped_events == 1);
+}
+
+}  // namespace
+
+TEST_CASE("reserved curves hold each policy's reserved bytes per bucket of events",
+          "[replay][curves]") {
+  std::vector<ReservedCurve> curves;
+  std::string error;
+  REQUIRE(replay_curves(curve_trace(), Settings{}, std::uint64_t(1) << 40, kBucketFirst, &curves,
+                        &error));
+  REQUIRE(curves.size() == 3);
+  // cudalloc, paged: reserved is its 2 MiB physical pages: 4 MiB, then 30 MiB (the two idle
+  // pages reused), a 2 MiB slab for 100 B, and 8 MiB from idle pages.
+  CHECK(curves[0].policy == "cudalloc");
+  check_curve(curves[0], {0, 4, 4, 32, 32, 32, 32}, {4, 4, 30, 32, 32, 32, 32});
+  CHECK(curves[0].peak_reserved == 32 * MiB);
+  CHECK(curves[0].page_maps == 16);
+  // Native: a 20 MiB segment for 4 MiB, 30 MiB of its own, 2 MiB small; 8 MiB reuse.
+  CHECK(curves[1].policy == "pytorch");
+  check_curve(curves[1], {0, 20, 20, 52, 52, 52, 52}, {20, 20, 50, 52, 52, 52, 52});
+  CHECK(curves[1].page_maps == 0);
+  // Expandable: the free 20 MiB extended by a page for 30 MiB, a 2 MiB small page.
+  CHECK(curves[2].policy == "expandable");
+  check_curve(curves[2], {0, 20, 20, 42, 42, 42, 42}, {20, 20, 40, 42, 42, 42, 42});
+  CHECK(curves[2].page_maps == 3);
+  const double live = double(30 * MiB + 100);  // a2 and a3
+  CHECK(curves[1].fragmentation == Approx(52 * MiB / live));
+  CHECK(curves[2].fragmentation == Approx(42 * MiB / live));
+  for (const auto& c : curves) CHECK(c.oom_events == 0);
+}
+
+TEST_CASE("reserved curves of a replay whose allocations fail", "[replay][curves]") {
+  std::vector<ReservedCurve> curves;
+  std::string error;
+  REQUIRE(replay_curves(curve_trace(), Settings{}, 24 * MiB, kBucketFirst, &curves, &error));
+  // 30 MiB never fit: the models release their cache (reserved 0 after event 4) and skip the
+  // free at event 6; 100 B take a small page, 8 MiB a new 20 MiB segment / page.
+  for (const std::size_t i : {1, 2}) {
+    check_curve(curves[i], {0, 20, 0, 2, 22, 22, 22}, {20, 20, 20, 22, 22, 22, 22});
+    CHECK(curves[i].oom_events == 1);
+    // Against what was live in this replay (8 MiB + 100 B), not the trace's 30 MiB.
+    CHECK(curves[i].fragmentation == Approx(22 * MiB / double(8 * MiB + 100)));
+  }
+  CHECK(curves[0].oom_events == 1);
+  CHECK(curves[0].fragmentation >= 1.0);
+}
+
+TEST_CASE("reserved curves refuse broken buckets, several devices and malformed sizes",
+          "[replay][curves][errors]") {
+  std::vector<ReservedCurve> curves;
+  std::string error;
+  CHECK_FALSE(replay_curves(curve_trace(), Settings{}, GiB, {}, &curves, &error));
+  CHECK(error.find("start with 0") != std::string::npos);
+  CHECK_FALSE(replay_curves(curve_trace(), Settings{}, GiB, {0, 5, 3}, &curves, &error));
+  CHECK(error.find("decreases at bucket 2") != std::string::npos);
+  std::vector<TraceRecord> two = curve_trace();
+  two[3].device = 1;
+  CHECK_FALSE(replay_curves(two, Settings{}, GiB, {0}, &curves, &error));
+  CHECK(error.find("devices 0 and 1") != std::string::npos);
+  CHECK_FALSE(replay_curves({alloc(1, UINT64_MAX)}, Settings{}, GiB, {0}, &curves, &error));
+  CHECK(error.find("malformed trace at event 0") != std::string::npos);
+  CHECK(curves.empty());
+  // No events: every bucket holds 0.
+  REQUIRE(replay_curves({}, Settings{}, GiB, {0, 0, 3}, &curves, &error));
+  for (const auto& c : curves) {
+    CHECK(c.min == std::vector<std::int64_t>{0, 0, 0});
+    CHECK(c.max == std::vector<std::int64_t>{0, 0, 0});
+  }
+}
+
+TEST_CASE("a plan remembers the device event each op came from", "[replay][curves]") {
+  std::vector<TraceRecord> events = curve_trace();
+  events.insert(events.begin() + 1, TraceRecord{TraceAction::alloc, 0x7000, 512, 0, 1});
+  Plan plan;
+  std::string error;
+  REQUIRE(make_plan(events, 0, true, &plan, &error));
+  // Device 0's events 0, 2, 4, 5, 6, 8: the other device's record does not count.
+  CHECK(plan.op_events == std::vector<std::uint64_t>{0, 2, 4, 5, 6, 8});
+  CHECK(plan.op_events.size() == plan.ops.size());
 }

@@ -1,10 +1,12 @@
 // `cudalloc replay TRACE... [--conf CONF] [--capacity BYTES] [--policy P] [--json] [--table]
 //                           [--skip-inconsistent]`
 // Replays the alloc / free_completed events of each trace through cudalloc on a simulated
-// device and, for comparison in the same run, through a model of PyTorch's native allocator.
+// device and, for comparison in the same run, through models of PyTorch's allocator, native
+// and with expandable segments.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "api/options.h"
@@ -25,7 +27,7 @@ struct ReplayArgs {
   std::vector<std::string> traces;
   std::string conf;
   std::uint64_t capacity = std::uint64_t{1} << 40;
-  std::string policy = "both";
+  std::string policy = "all";
   bool json_out = false;
   bool table = false;
   bool skip_inconsistent = false;
@@ -35,13 +37,15 @@ struct ReplayArgs {
 };
 
 constexpr const char* kUsage =
-    "usage: cudalloc replay TRACE... [--conf CONF] [--capacity BYTES] "
-    "[--policy cudalloc|pytorch|both] [--json] [--table] [--skip-inconsistent]\n"
+    "usage: cudalloc replay TRACE... [--conf CONF] [--capacity BYTES] [--json] [--table]\n"
+    "       [--policy cudalloc|pytorch|expandable|both|all] [--skip-inconsistent]\n"
     "       [--device-order] [--snapshot PATH] [--progress]\n"
     "  TRACE: a snapshot with device_traces (JSON, .json.gz or PyTorch pickle) or an RMM log\n"
     "  --conf      CUDALLOC_CONF settings for cudalloc (default: none)\n"
     "  --capacity  simulated device memory (default 1T: no out-of-memory)\n"
-    "  --policy    which allocators to replay (default both)\n"
+    "  --policy    which allocators to replay: cudalloc, pytorch (PyTorch's native rules),\n"
+    "              expandable (PyTorch's expandable_segments:True rules), both (cudalloc and\n"
+    "              pytorch) or all (the default: the three)\n"
     "  --json      one JSON object per trace\n"
     "  --table     one Markdown table row per trace, with PyTorch's own figures\n"
     "  --skip-inconsistent  skip frees of unknown addresses and double allocs, and count them\n"
@@ -52,6 +56,14 @@ constexpr const char* kUsage =
     "                       when it is not a terminal (it is shown on a terminal anyway;\n"
     "                       never on stdout)\n"
     CUDALLOC_INPUT_OPTIONS_USAGE;
+
+// The policies `--policy` names, in the order they are replayed and printed; none if unknown.
+std::vector<std::string> policies_of(const std::string& policy) {
+  if (policy == "all") return {"cudalloc", "pytorch", "expandable"};
+  if (policy == "both") return {"cudalloc", "pytorch"};
+  if (policy == "cudalloc" || policy == "pytorch" || policy == "expandable") return {policy};
+  return {};
+}
 
 // False on a missing or unknown argument; a wrong value sets *bad to its argument_error.
 bool parse_args(const Args& args, ReplayArgs* r, int* bad) {
@@ -82,8 +94,9 @@ bool parse_args(const Args& args, ReplayArgs* r, int* bad) {
       r->capacity = bytes;
     } else if (a == "--policy" && has_value) {
       r->policy = args[++i];
-      if (r->policy != "cudalloc" && r->policy != "pytorch" && r->policy != "both") {
-        *bad = argument_error("replay", "--policy '" + r->policy + "'", "cudalloc, pytorch or both");
+      if (policies_of(r->policy).empty()) {
+        *bad = argument_error("replay", "--policy '" + r->policy + "'",
+                              "cudalloc, pytorch, expandable, both or all");
         return false;
       }
     } else if (!a.empty() && a[0] == '-') {
@@ -108,16 +121,34 @@ json policy_json(const replay::PolicyResult& p, std::uint64_t peak_live) {
             {"device_frees", p.device_frees},
             {"oom_events", p.oom_events},
             {"replay_ns_per_event", p.replay_ns_per_event}};
-  if (p.policy == "cudalloc") {
+  if (p.policy != "pytorch") {  // pages: cudalloc's paged segments, expandable segments
     j["page_maps"] = p.page_maps;
     j["page_unmaps"] = p.page_unmaps;
     j["late_page_maps"] = p.late_page_maps;
     j["late_page_unmaps"] = p.late_page_unmaps;
+  }
+  if (p.policy == "cudalloc") {
     j["page_waits"] = p.page_waits;
     j["fences"] = p.fences;
   }
   if (!p.problem.empty()) j["invariant_violation"] = p.problem;
   return j;
+}
+
+// Adds one device's result to the sum over devices (all but replay_ns_per_event).
+void add_result(const replay::PolicyResult& r, replay::PolicyResult* sum) {
+  sum->peak_reserved_bytes += r.peak_reserved_bytes;
+  sum->final_reserved_bytes += r.final_reserved_bytes;
+  sum->device_allocs += r.device_allocs;
+  sum->device_frees += r.device_frees;
+  sum->oom_events += r.oom_events;
+  sum->page_maps += r.page_maps;
+  sum->page_unmaps += r.page_unmaps;
+  sum->late_page_maps += r.late_page_maps;
+  sum->late_page_unmaps += r.late_page_unmaps;
+  sum->page_waits += r.page_waits;
+  sum->fences += r.fences;
+  if (sum->problem.empty()) sum->problem = r.problem;
 }
 
 // PyTorch's own figures for the workload, when the trace's meta carries them.
@@ -150,9 +181,11 @@ int replay_one(const ReplayArgs& args, const Settings& settings, const std::stri
   *out = {{"trace", path}, {"format", trace.format}, {"parse_seconds", parse_seconds},
           {"events", trace.events.size() + trace.other_events}};
   std::uint64_t peak_live = 0, allocs = 0, frees = 0, skipped = 0;
-  replay::PolicyResult sum_c, sum_p;
+  const std::vector<std::string> policies = policies_of(args.policy);
+  std::map<std::string, replay::PolicyResult> sums;
+  std::map<std::string, double> ns;  // ns/event times ops, summed over devices
   std::vector<DeviceState> states;
-  double ns_c = 0, ns_p = 0, ops = 0;
+  double ops = 0;
   for (int device : replay::trace_devices(trace.events)) {
     replay::Plan plan;
     if (!replay::make_plan(trace.events, device, args.skip_inconsistent, &plan, &error)) {
@@ -163,45 +196,35 @@ int replay_one(const ReplayArgs& args, const Settings& settings, const std::stri
     allocs += plan.alloc_events;
     frees += plan.free_events;
     skipped += plan.skipped_events;
-    const double n = double(plan.ops.size());
     progress.step("device " + std::to_string(device) + ": replaying " +
                   std::to_string(plan.ops.size()) + " operations (" + args.policy + ")");
-    ops += n;
-    auto add = [&](replay::PolicyResult& sum, const replay::PolicyResult& r, double& ns) {
-      sum.peak_reserved_bytes += r.peak_reserved_bytes;
-      sum.final_reserved_bytes += r.final_reserved_bytes;
-      sum.device_allocs += r.device_allocs;
-      sum.device_frees += r.device_frees;
-      sum.oom_events += r.oom_events;
-      sum.page_maps += r.page_maps;
-      sum.page_unmaps += r.page_unmaps;
-      sum.late_page_maps += r.late_page_maps;
-      sum.late_page_unmaps += r.late_page_unmaps;
-      sum.page_waits += r.page_waits;
-      sum.fences += r.fences;
-      sum.policy = r.policy;
-      if (sum.problem.empty()) sum.problem = r.problem;
-      ns += r.replay_ns_per_event * n;
-    };
-    if (args.policy != "pytorch") {
-      DeviceState state;
-      add(sum_c, replay::run_cudalloc(plan, settings, args.capacity, &state, args.device_order),
-          ns_c);
-      states.push_back(std::move(state));
+    ops += double(plan.ops.size());
+    for (const std::string& name : policies) {
+      replay::PolicyResult r;
+      if (name == "cudalloc") {
+        DeviceState state;
+        r = replay::run_cudalloc(plan, settings, args.capacity, &state, args.device_order);
+        states.push_back(std::move(state));
+      } else {
+        r = name == "pytorch" ? replay::run_pytorch(plan, args.capacity)
+                              : replay::run_expandable(plan, args.capacity);
+      }
+      add_result(r, &sums[name]);
+      ns[name] += r.replay_ns_per_event * double(plan.ops.size());
     }
-    if (args.policy != "cudalloc") add(sum_p, replay::run_pytorch(plan, args.capacity), ns_p);
   }
   progress.step("replayed " + path);
-  sum_c.replay_ns_per_event = ops ? ns_c / ops : 0;
-  sum_p.replay_ns_per_event = ops ? ns_p / ops : 0;
   (*out)["alloc_events"] = allocs;
   (*out)["free_events"] = frees;
   (*out)["skipped_events"] = skipped;
   (*out)["peak_live_bytes"] = peak_live;
-  if (args.policy != "pytorch") (*out)["policies"]["cudalloc"] = policy_json(sum_c, peak_live);
-  if (args.policy != "cudalloc") (*out)["policies"]["pytorch"] = policy_json(sum_p, peak_live);
-  // The headline figures are cudalloc's, unless only PyTorch's rules were replayed.
-  const json& main = (*out)["policies"][args.policy == "pytorch" ? "pytorch" : "cudalloc"];
+  for (const std::string& name : policies) {
+    sums[name].policy = name;  // also without devices
+    sums[name].replay_ns_per_event = ops ? ns[name] / ops : 0;
+    (*out)["policies"][name] = policy_json(sums[name], peak_live);
+  }
+  // The headline figures are those of the first policy replayed (cudalloc's if it was).
+  const json& main = (*out)["policies"][policies.front()];
   for (const char* k : {"peak_reserved_bytes", "fragmentation", "device_allocs",
                         "replay_ns_per_event", "oom_events"}) {
     (*out)[k] = main[k];
@@ -228,21 +251,30 @@ void print_text(const json& r) {
   if (const auto skipped = r["skipped_events"].get<std::uint64_t>(); skipped > 0) {
     std::printf("  skipped %llu inconsistent events\n", static_cast<unsigned long long>(skipped));
   }
-  for (const auto& [name, p] : r["policies"].items()) {
-    std::printf("  %-9s peak reserved %-12s fragmentation %.3f  device allocs %-6s  %.1f ns/event%s\n",
-                name.c_str(), format_bytes(p["peak_reserved_bytes"].get<std::uint64_t>()).c_str(),
+  for (const char* name : {"cudalloc", "pytorch", "expandable"}) {
+    if (!r["policies"].contains(name)) continue;
+    const json& p = r["policies"][name];
+    std::printf("  %-10s peak reserved %-12s fragmentation %.3f  device allocs %-6s  %.1f ns/event%s\n",
+                name, format_bytes(p["peak_reserved_bytes"].get<std::uint64_t>()).c_str(),
                 p["fragmentation"].get<double>(),
                 std::to_string(p["device_allocs"].get<std::uint64_t>()).c_str(),
                 p["replay_ns_per_event"].get<double>(),
                 p["oom_events"].get<std::uint64_t>() ? "  (allocations failed: see oom_events)" : "");
   }
   if (const json& c = r["policies"].value("cudalloc", json::object()); c.contains("page_maps")) {
-    std::printf("  cudalloc  pages mapped %llu, unmapped %llu (second half of the trace: %llu, "
+    std::printf("  cudalloc   pages mapped %llu, unmapped %llu (second half of the trace: %llu, "
                 "%llu), host waits %llu\n",
                 c["page_maps"].get<unsigned long long>(), c["page_unmaps"].get<unsigned long long>(),
                 c["late_page_maps"].get<unsigned long long>(),
                 c["late_page_unmaps"].get<unsigned long long>(),
                 c["page_waits"].get<unsigned long long>());
+  }
+  if (const json& e = r["policies"].value("expandable", json::object()); e.contains("page_maps")) {
+    std::printf("  expandable pages mapped %llu, unmapped %llu (second half of the trace: %llu, "
+                "%llu)\n",
+                e["page_maps"].get<unsigned long long>(), e["page_unmaps"].get<unsigned long long>(),
+                e["late_page_maps"].get<unsigned long long>(),
+                e["late_page_unmaps"].get<unsigned long long>());
   }
   if (r.contains("pytorch_reported")) {
     for (const auto& [mode, p] : r["pytorch_reported"].items()) {
@@ -261,9 +293,10 @@ std::string cell(const json& r, const char* group, const char* name) {
 
 void print_table_header() {
   std::printf("| trace | events | peak live | PyTorch native | PyTorch expandable | "
-              "PyTorch rules (replay) | cudalloc | cudalloc page maps (2nd half) | "
-              "cudalloc ns/event | PyTorch rules ns/event |\n"
-              "|---|---|---|---|---|---|---|---|---|---|\n");
+              "PyTorch rules (replay) | expandable rules (replay) | cudalloc | "
+              "cudalloc page maps (2nd half) | cudalloc ns/event | PyTorch rules ns/event | "
+              "expandable rules ns/event |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 }
 
 void print_table_row(const json& r) {
@@ -280,13 +313,14 @@ void print_table_row(const json& r) {
            std::to_string(c["late_page_maps"].get<std::uint64_t>()) + ")";
   }
   std::string name = r.value("workload", r["trace"].get<std::string>());
-  std::printf("| %s | %llu | %s | %s | %s | %s | %s | %s | %s | %s |\n", name.c_str(),
+  std::printf("| %s | %llu | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name.c_str(),
               static_cast<unsigned long long>(r["events"].get<std::uint64_t>()),
               format_bytes(r["peak_live_bytes"].get<std::uint64_t>()).c_str(),
               cell(r, "pytorch_reported", "native").c_str(),
               cell(r, "pytorch_reported", "expandable_segments").c_str(),
-              cell(r, "policies", "pytorch").c_str(), cell(r, "policies", "cudalloc").c_str(),
-              maps.c_str(), ns("cudalloc").c_str(), ns("pytorch").c_str());
+              cell(r, "policies", "pytorch").c_str(), cell(r, "policies", "expandable").c_str(),
+              cell(r, "policies", "cudalloc").c_str(), maps.c_str(), ns("cudalloc").c_str(),
+              ns("pytorch").c_str(), ns("expandable").c_str());
 }
 
 }  // namespace

@@ -45,9 +45,11 @@ bool make_plan(const std::vector<snapshot::TraceRecord>& events, int device,
              "; --skip-inconsistent skips such events";
     return false;
   };
+  std::uint64_t local = 0;  // how many of the device's events came before events[i]
   for (std::size_t i = 0; i < events.size(); ++i) {
     const auto& e = events[i];
     if (e.device != device) continue;
+    const std::uint64_t event = local++;
     if (e.action == TraceAction::alloc) {
       // A size no allocator accepts (a wrapped negative size, a corrupt field) is a broken
       // trace, not an out-of-memory to count: a model would round it and wrap.
@@ -76,6 +78,7 @@ bool make_plan(const std::vector<snapshot::TraceRecord>& events, int device,
       live_bytes += e.size;
       plan->peak_live_bytes = std::max(plan->peak_live_bytes, live_bytes);
       plan->ops.push_back(ReplayOp{ReplayOp::alloc, slot, e.size, e.stream});
+      plan->op_events.push_back(event);
       ++plan->alloc_events;
     } else if (e.action == TraceAction::free_completed) {
       auto it = live.find(e.addr);
@@ -84,6 +87,7 @@ bool make_plan(const std::vector<snapshot::TraceRecord>& events, int device,
         continue;
       }
       plan->ops.push_back(ReplayOp{ReplayOp::free, it->second.slot, it->second.size, e.stream});
+      plan->op_events.push_back(event);
       free_slots.push_back(it->second.slot);
       live_bytes -= it->second.size;
       live.erase(it);

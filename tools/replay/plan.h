@@ -21,6 +21,9 @@ struct ReplayOp {
 struct Plan {
   int device = 0;
   std::vector<ReplayOp> ops;
+  // op_events[i]: the index, among the device's events, of the event op i replays. Apart from
+  // ops so that the timed replay reads no more than it did.
+  std::vector<std::uint64_t> op_events;
   std::uint32_t slots = 0;           // most allocations live at once
   std::uint64_t peak_live_bytes = 0;
   std::uint64_t alloc_events = 0;

@@ -1,66 +1,29 @@
 // PytorchModel: PyTorch's native CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp,
 // default settings) as a model, to replay a trace under PyTorch's rules:
 //   - sizes round up to 512 B; requests up to 1 MiB use the small pool, others the large
-//   - a new segment is 2 MiB (small pool), 20 MiB (requests under 10 MiB) or the request
-//     rounded up to 2 MiB
+//   - a new segment (one cudaMalloc) is 2 MiB (small pool), 20 MiB (requests under 10 MiB)
+//     or the request rounded up to 2 MiB
 //   - best fit among the free blocks of the same pool and stream, (stream, size, address)
 //   - a block splits when the rest is at least 512 B (small pool) or above 1 MiB (large)
 //   - freed blocks merge with free neighbours of the same segment
 //   - out of memory: every wholly free segment is released, then one retry
-// Segments get increasing addresses, as fresh device memory would.
+// Segments get increasing addresses, as fresh device memory would. The block bookkeeping is
+// BlockModel's, shared with ExpandableModel. segment_allocs() counts cudaMalloc calls,
+// segment_frees() cudaFree calls.
 #pragma once
 
-#include <cstdint>
-#include <set>
-#include <vector>
+#include "replay/block_model.h"
 
 namespace cudalloc::replay {
 
-class PytorchModel {
+class PytorchModel final : public BlockModel {
  public:
-  explicit PytorchModel(std::uint64_t capacity) : capacity_(capacity) {}
-  ~PytorchModel();
-  PytorchModel(const PytorchModel&) = delete;
-  PytorchModel& operator=(const PytorchModel&) = delete;
-
-  // Returns false when the request does not fit even after releasing the cache.
-  bool allocate(std::uint64_t size, std::uint64_t stream, void** handle);
-  void free(void* handle);
-
-  std::uint64_t reserved() const { return reserved_; }
-  std::uint64_t peak_reserved() const { return peak_reserved_; }
-  std::uint64_t segment_allocs() const { return segment_allocs_; }
-  std::uint64_t segment_frees() const { return segment_frees_; }
+  explicit PytorchModel(std::uint64_t capacity) : BlockModel(capacity) {}
 
  private:
-  struct Block {
-    std::uint64_t stream;
-    std::uint64_t size;
-    std::uint64_t addr;
-    bool small;
-    bool allocated = false;
-    Block* prev = nullptr;
-    Block* next = nullptr;
-  };
-  struct Order {
-    bool operator()(const Block* a, const Block* b) const {
-      if (a->stream != b->stream) return a->stream < b->stream;
-      if (a->size != b->size) return a->size < b->size;
-      return a->addr < b->addr;
-    }
-  };
-  using Pool = std::set<Block*, Order>;
-
-  Pool& pool(bool small) { return small ? small_ : large_; }
-  Block* find_free(bool small, std::uint64_t stream, std::uint64_t size);
-  Block* new_segment(bool small, std::uint64_t stream, std::uint64_t size);
-  void release_free_segments();
-
-  std::uint64_t capacity_;
-  Pool small_, large_;
-  std::vector<Block*> heads_;  // first block of every segment (merges never remove it)
-  std::uint64_t next_addr_ = std::uint64_t{1} << 40;
-  std::uint64_t reserved_ = 0, peak_reserved_ = 0, segment_allocs_ = 0, segment_frees_ = 0;
+  Block* grow(bool small, std::uint64_t stream, std::uint64_t size) override;
+  void release_cache() override;
+  std::uint64_t min_rest(bool small) const override { return small ? kMinBlock : kSmallSize + 1; }
 };
 
 }  // namespace cudalloc::replay

@@ -1,73 +1,112 @@
 #include "replay/runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
-#include "core/device_allocator.h"
-#include "device/fake_device.h"
+#include "replay/expandable_model.h"
 #include "replay/pytorch_model.h"
 
 namespace cudalloc::replay {
 namespace {
 
-// Replays every op through allocate(size, stream, void**) -> bool and release(void*),
-// returning the nanoseconds spent per op. Allocations that fail are counted and their frees
-// skipped. at_end() runs after the last op, before what the trace left live is released.
-// at_half() runs once, when half of the ops have been replayed.
-template <typename Allocate, typename Release, typename AtHalf, typename AtEnd>
-double timed_replay(const Plan& plan, Allocate&& allocate, Release&& release, AtHalf&& at_half,
-                    AtEnd&& at_end, std::uint64_t* failures) {
-  std::vector<void*> slots(plan.slots, nullptr);
+device::FakeDevice::Options unbacked(int device, std::uint64_t capacity) {
+  device::FakeDevice::Options options;
+  options.capacity = capacity;
+  options.devices = device + 1;
+  options.backing = false;
+  return options;
+}
+
+// Replays every op of `plan` through `policy` (OpReplayer), returning the nanoseconds spent
+// per op. at_half() runs once, when half of the ops have been replayed; at_end() after the
+// last op, before what the trace left live is released (outside the timed loop).
+template <typename Policy, typename AtHalf, typename AtEnd>
+double timed_replay(const Plan& plan, Policy& policy, AtHalf&& at_half, AtEnd&& at_end,
+                    OpReplayer* replayer) {
   const std::size_t half = plan.ops.size() / 2;
-  std::size_t done = 0;
   const auto start = std::chrono::steady_clock::now();
-  for (const ReplayOp& op : plan.ops) {
-    if (done++ == half) at_half();
-    if (op.kind == ReplayOp::alloc) {
-      if (!allocate(op.size, op.stream, &slots[op.slot])) {
-        slots[op.slot] = nullptr;
-        ++*failures;
-      }
-    } else if (slots[op.slot] != nullptr) {
-      release(slots[op.slot]);
-      slots[op.slot] = nullptr;
-    }
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    if (i == half) at_half();
+    replayer->apply(i, policy);
   }
   const std::chrono::duration<double, std::nano> elapsed = std::chrono::steady_clock::now() - start;
   at_end();
-  // Whatever the trace left live is released outside the timed loop.
-  for (void* p : slots) {
-    if (p != nullptr) release(p);
-  }
+  replayer->release_all(policy);
   return plan.ops.empty() ? 0.0 : elapsed.count() / static_cast<double>(plan.ops.size());
+}
+
+// Replays `plan` through a model of PyTorch (BlockModel's interface); at_half(model) runs
+// when half of the ops have been replayed.
+template <typename Model, typename AtHalf>
+PolicyResult run_model(const Plan& plan, Model& model, const char* name, AtHalf&& at_half) {
+  PolicyResult r;
+  r.policy = name;
+  OpReplayer replayer(plan);
+  r.replay_ns_per_event = timed_replay(
+      plan, model, [&] { at_half(model); }, [] {}, &replayer);
+  r.oom_events = replayer.failed().size();
+  r.peak_reserved_bytes = model.peak_reserved();
+  r.final_reserved_bytes = model.reserved();
+  r.device_allocs = model.segment_allocs();
+  r.device_frees = model.segment_frees();
+  return r;
 }
 
 }  // namespace
 
+CudallocPolicy::CudallocPolicy(int device, const Settings& settings, std::uint64_t capacity,
+                               bool device_order)
+    : fake_(unbacked(device, capacity)),
+      alloc_(fake_, device, settings),
+      order_(device_order ? DeviceAllocator::FreeOrder::device
+                          : DeviceAllocator::FreeOrder::stream) {}
+
+std::uint64_t CudallocPolicy::reserved() const {
+  return static_cast<std::uint64_t>(alloc_.stats().reserved_bytes.current);
+}
+
+std::uint64_t CudallocPolicy::peak_reserved() const {
+  return static_cast<std::uint64_t>(alloc_.stats().reserved_bytes.peak);
+}
+
+std::uint64_t served_peak_live(const Plan& plan, const std::vector<std::size_t>& failed) {
+  if (failed.empty()) return plan.peak_live_bytes;
+  std::vector<bool> missing(plan.slots, false);  // the slot's allocation failed
+  std::uint64_t live = 0, peak = 0;
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const ReplayOp& op = plan.ops[i];
+    if (op.kind == ReplayOp::alloc) {
+      missing[op.slot] = next < failed.size() && failed[next] == i;
+      if (missing[op.slot]) {
+        ++next;
+        continue;
+      }
+      live += op.size;
+      peak = std::max(peak, live);
+    } else if (!missing[op.slot]) {
+      live -= op.size;
+    }
+  }
+  return peak;
+}
+
 PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint64_t capacity,
                           DeviceState* final_state, bool device_order) {
-  const auto order = device_order ? DeviceAllocator::FreeOrder::device
-                                  : DeviceAllocator::FreeOrder::stream;
-  device::FakeDevice::Options options;
-  options.capacity = capacity;
-  options.devices = plan.device + 1;
-  options.backing = false;  // the allocator's cost, not the simulation's system calls
-  device::FakeDevice fake(options);
-  DeviceAllocator alloc(fake, plan.device, settings);
+  CudallocPolicy policy(plan.device, settings, capacity, device_order);
+  DeviceAllocator& alloc = policy.allocator();
   PolicyResult r;
   Stats half;  // the stats when half of the ops have been replayed
   r.policy = "cudalloc";
+  OpReplayer replayer(plan);
   r.replay_ns_per_event = timed_replay(
-      plan,
-      [&](std::uint64_t size, std::uint64_t stream, void** p) {
-        return alloc.allocate(size, stream, p) == Error::ok;
-      },
-      [&](void* p) { alloc.deallocate(p, order); },
-      [&] { half = alloc.stats(); },
+      plan, policy, [&] { half = alloc.stats(); },
       [&] {
         if (final_state != nullptr) *final_state = alloc.state();
       },
-      &r.oom_events);
+      &replayer);
+  r.oom_events = replayer.failed().size();
   const Stats s = alloc.stats();
   r.page_maps = static_cast<std::uint64_t>(s.page_maps.total);
   r.page_unmaps = static_cast<std::uint64_t>(s.page_unmaps.total);
@@ -85,18 +124,20 @@ PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint6
 
 PolicyResult run_pytorch(const Plan& plan, std::uint64_t capacity) {
   PytorchModel model(capacity);
-  PolicyResult r;
-  r.policy = "pytorch";
-  r.replay_ns_per_event = timed_replay(
-      plan,
-      [&](std::uint64_t size, std::uint64_t stream, void** p) {
-        return model.allocate(size, stream, p);
-      },
-      [&](void* p) { model.free(p); }, [] {}, [] {}, &r.oom_events);
-  r.peak_reserved_bytes = model.peak_reserved();
-  r.final_reserved_bytes = model.reserved();
-  r.device_allocs = model.segment_allocs();
-  r.device_frees = model.segment_frees();
+  return run_model(plan, model, "pytorch", [](const PytorchModel&) {});
+}
+
+PolicyResult run_expandable(const Plan& plan, std::uint64_t capacity) {
+  ExpandableModel model(capacity);
+  std::uint64_t half_maps = 0, half_unmaps = 0;
+  PolicyResult r = run_model(plan, model, "expandable", [&](const ExpandableModel& m) {
+    half_maps = m.page_maps();
+    half_unmaps = m.page_unmaps();
+  });
+  r.page_maps = model.page_maps();
+  r.page_unmaps = model.page_unmaps();
+  r.late_page_maps = r.page_maps - half_maps;
+  r.late_page_unmaps = r.page_unmaps - half_unmaps;
   return r;
 }
 
