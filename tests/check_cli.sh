@@ -136,6 +136,20 @@ expect 0 "reading .*whole.json: +100%" "$cli" convert --progress "$dir/whole.jso
 expect 0 "reading .*s.json: +100%" "$cli" diff "$dir/whole.json" "$dir/s.json" --progress
 expect 1 "" bash -c "'$cli' view '$dir/whole.json' -o '$dir/q.html' 2>&1 | grep -q reading"
 
+# view replays the trace under PyTorch's rules, expandable segments and cudalloc, unless told not to.
+replays() {  # replays PAGE: the replayed policies of device 0's timeline, comma-separated
+  python3 - "$1" <<'PY'
+import json, re, sys
+page = open(sys.argv[1]).read()
+model = json.loads(re.search(r'<script type="application/json" id="model">(.*?)</script>', page, re.S).group(1))
+print("policies:" + ",".join(c["policy"] for c in model["devices"][0]["timeline"].get("replay", [])))
+PY
+}
+"$cli" view "$data/viewer_frames.json" -o "$dir/replayed.html" >/dev/null
+expect 0 "^policies:cudalloc,pytorch,expandable$" replays "$dir/replayed.html"
+"$cli" view --no-replay "$data/viewer_frames.json" -o "$dir/unreplayed.html" >/dev/null
+expect 0 "^policies:$" replays "$dir/unreplayed.html"
+
 # inspect names who held memory at the peak and at the out-of-memory, with allocation sites.
 frames="$data/viewer_frames.json"
 expect 0 "largest live at peak live \(event 53\):" "$cli" inspect "$frames"

@@ -104,7 +104,7 @@ if "<pre id=\"errors\" hidden=\"\">" not in dom: print("FAIL: script errors on t
 "$cli" replay --policy cudalloc --conf trace:1000000 --snapshot "$out/whole.json" "$trace" >/dev/null ||
   fail "replay whole"
 "$cli" view "$out/whole.json" -o "$out/whole.html" >/dev/null || fail "view whole.json"
-interact "$out/whole.html" peaks,zoom,slider,search,pick,settings,fragmentation "$out/interaction.png"
+interact "$out/whole.html" peaks,zoom,slider,search,pick,settings,fragmentation,replayed "$out/interaction.png"
 
 # A device too small for the trace, and a ring buffer too small to keep it all.
 "$cli" replay --policy cudalloc --capacity 12G --conf trace:1000000 --snapshot "$out/oom.json" \

@@ -202,7 +202,7 @@
       const canvas = device.querySelector("canvas.fragmentation");
       expect(canvas && Number(canvas.dataset.ratioPoints) > 0 && Number(canvas.dataset.pageBars) > 0,
              "ratio and page maps drawn (" + (canvas && canvas.dataset.ratioPoints) + " points, " + (canvas && canvas.dataset.pageBars) + " bars)");
-      expect(/page maps and .* unmaps/.test(device.querySelector(".frag-note").textContent), "the note counts maps and unmaps");
+      expect(/page maps? and .* unmaps?/.test(device.querySelector(".frag-note").textContent), "the note counts maps and unmaps");
       const t = timeline();
       mouse(t, "mousedown", t, t.clientWidth * 0.5, 100);
       mouse(t, "mousemove", t, t.clientWidth * 0.7, 100);
@@ -211,6 +211,21 @@
              device.querySelector("canvas.bands").dataset.viewFrom === t.dataset.viewFrom,
              "the plots below follow the timeline's zoom to event " + t.dataset.viewFrom);
       t.dispatchEvent(new MouseEvent("dblclick", { bubbles: true }));
+    },
+    // The trace replayed under the other policies: a dashed curve each and their figures.
+    replayed() {
+      const rows = Array.from(device.querySelectorAll("table.replayed tr[data-policy]"));
+      expect(rows.map((r) => r.dataset.policy).join(",") === "cudalloc,pytorch,expandable",
+             "replayed policies: " + rows.map((r) => r.dataset.policy).join(", "));
+      const legendText = device.querySelector(".legend").textContent;
+      expect(/PyTorch native \(replayed\)/.test(legendText) && /expandable segments \(replayed\)/.test(legendText),
+             "the legend names the replayed curves");
+      for (const colour of ["#d35400", "#8e44ad", "#16a085"]) {
+        expect(countColour(timeline(), colour) > 0, "a replayed curve is drawn in " + colour);
+      }
+      const native = rows.find((r) => r.dataset.policy === "pytorch");
+      expect(native && /GiB/.test(native.children[1].textContent) && Number(native.children[2].textContent) >= 1,
+             "PyTorch native's peak and ratio: " + (native ? native.textContent : "none"));
     },
     // One settings table: every key once, byte options in human units.
     settings() {

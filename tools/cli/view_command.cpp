@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/view_replay.h"
 #include "cli/usage.h"
 #include "snapshot/snapshot_loader.h"
 #include "view/html_page.h"
@@ -18,21 +19,25 @@ namespace cudalloc::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: cudalloc view SNAPSHOT [-o REPORT.html] [--progress]\n"
+    "usage: cudalloc view SNAPSHOT [-o REPORT.html] [--no-replay] [--progress]\n"
     "  Writes one self-contained HTML page (inline script and style, no network) showing the\n"
     "  segment map (at any of the trace's last events, by stream, searchable by address), live\n"
-    "  and reserved memory over the trace with its out-of-memory events, the largest\n"
-    "  allocations, fragmentation figures, whether the trace is complete, and the allocator's\n"
-    "  settings.\n"
+    "  and reserved memory over the trace with its out-of-memory events, the same trace\n"
+    "  replayed under PyTorch's native allocator, its expandable segments and cudalloc, the\n"
+    "  largest allocations as bands over the trace, fragmentation and page maps over the\n"
+    "  trace, who held memory at the peak and at each out-of-memory (by stack frame, when\n"
+    "  recorded), whether the trace is complete, and the allocator's settings.\n"
     "  SNAPSHOT: JSON (cudalloc or PyTorch schema), .json.gz or a PyTorch pickle\n"
-    "  -o          where to write the page (default: SNAPSHOT without its extension + .html)\n"
-    "  --progress  report each step and the percent of SNAPSHOT read on stderr, even when it\n"
-    "              is not a terminal (on a terminal, reads of over 2 s show it anyway)\n"
+    "  -o           where to write the page (default: SNAPSHOT without its extension + .html)\n"
+    "  --no-replay  leave out the replayed curves (they cost a replay of the trace per policy)\n"
+    "  --progress   report each step and the percent of SNAPSHOT read on stderr, even when it\n"
+    "               is not a terminal (on a terminal, reads of over 2 s show it anyway)\n"
     CUDALLOC_INPUT_OPTIONS_USAGE;
 
 struct ViewArgs {
   std::string snapshot, output;
   bool progress = false;
+  bool replay = true;
 };
 
 bool parse_args(const Args& args, ViewArgs* v) {
@@ -41,6 +46,8 @@ bool parse_args(const Args& args, ViewArgs* v) {
       v->output = args[++i];
     } else if (args[i] == "--progress") {
       v->progress = true;
+    } else if (args[i] == "--no-replay") {
+      v->replay = false;
     } else if (v->snapshot.empty() && !args[i].empty() && args[i][0] != '-') {
       v->snapshot = args[i];
     } else {
@@ -80,7 +87,15 @@ int view_command(const Args& args) {
   progress.step("read " + std::to_string(snap.events.size()) + " trace events; building the page");
   std::string page;
   try {
-    page = view::render_page(view::view_model(snap, v.snapshot), v.snapshot);
+    nlohmann::json model = view::view_model(snap, v.snapshot);
+    if (v.replay) {
+      progress.step("replaying the trace under PyTorch's rules, expandable segments and cudalloc");
+      if (!add_replayed_curves(snap, &model, &error)) {
+        std::fprintf(stderr, "cudalloc view: %s: %s\n", v.snapshot.c_str(), error.c_str());
+        return 2;
+      }
+    }
+    page = view::render_page(model, v.snapshot);
   } catch (const nlohmann::json::exception& e) {  // a field of an unexpected type
     std::fprintf(stderr, "cudalloc view: %s: malformed snapshot: %s\n", v.snapshot.c_str(),
                  e.what());

@@ -300,10 +300,11 @@ function mapNote(map, layout) {
              "; one row is " + formatBytes(layout.bytesPerRow) + ".";
   if (map.blocks_drawn < map.blocks_total) {
     note += " Neighbouring blocks of one state are merged for drawing (" +
-            formatCount(map.blocks_drawn) + " runs).";
+            plural(map.blocks_drawn, "run") + ").";
   }
   if (map.segments_left_out > 0) {
-    note += " " + formatCount(map.segments_left_out) + " smallest segments are not drawn.";
+    const n = map.segments_left_out;
+    note += " The " + (n === 1 ? "smallest segment is" : formatCount(n) + " smallest segments are") + " not drawn.";
   }
   return note;
 }

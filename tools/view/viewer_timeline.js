@@ -39,13 +39,38 @@ function bucketAt(t, event) {
   return lo;
 }
 
-// The highest value of the buckets that overlap events [from, to].
+// The highest value of the buckets that overlap events [from, to], replayed curves included.
 function highestIn(t, from, to) {
   let peak = 1;
   for (let i = bucketAt(t, from); i < t.x.length && t.x[i] <= to; i++) {
     peak = Math.max(peak, t.live_max[i], t.has_reserved ? t.reserved_max[i] : 0);
+    for (const c of t.replay || []) peak = Math.max(peak, c.max[i]);
   }
   return peak;
+}
+
+// The trace replayed under other policies (view --replay): each a dashed line through its
+// buckets' highest reserved memory.
+const REPLAY_STYLES = {
+  pytorch: { label: "PyTorch native (replayed)", colour: "#d35400", dash: [6, 3] },
+  expandable: { label: "PyTorch expandable segments (replayed)", colour: "#8e44ad", dash: [2, 2] },
+  cudalloc: { label: "cudalloc, default settings (replayed)", colour: "#16a085", dash: [8, 3, 2, 3] },
+};
+
+function drawReplayed(ctx, t, scale, range) {
+  for (const c of t.replay || []) {
+    const style = REPLAY_STYLES[c.policy] || { colour: "#555", dash: [3, 3] };
+    ctx.strokeStyle = style.colour;
+    ctx.setLineDash(style.dash);
+    ctx.lineWidth = 1.5;
+    ctx.beginPath();
+    for (let i = range.first; i <= range.last; i++) {
+      ctx.lineTo(scale.x(Math.max(scale.from, t.x[i])), scale.y(c.max[i]));
+    }
+    ctx.lineTo(scale.x(scale.to), scale.y(c.max[range.last]));
+    ctx.stroke();
+  }
+  ctx.setLineDash([]);
 }
 
 // Maps event indices in [view.from, view.to] and bytes to pixels of the plot area.
@@ -193,6 +218,7 @@ function describeBucket(t, scale, px) {
   let text = "events " + formatCount(t.x[lo]) + " .. " + formatCount(last) +
              "\nlive      " + range(t.live_min[lo], t.live_max[lo]);
   if (t.has_reserved) text += "\nreserved  " + range(t.reserved_min[lo], t.reserved_max[lo]);
+  for (const c of t.replay || []) text += "\n" + c.policy + " (replayed) " + range(c.min[lo], c.max[lo]);
   return text;
 }
 
@@ -201,6 +227,10 @@ function timelineLegend(t) {
   if (t.has_reserved) {
     entries.push([t.reserved_recorded ? "reserved (as the stats count it)" : "reserved (segments)",
                   cssVar("--reserved")]);
+  }
+  for (const c of t.replay || []) {
+    const style = REPLAY_STYLES[c.policy];
+    entries.push([style ? style.label : c.policy, style ? style.colour : "#555"]);
   }
   entries.push(["peak", cssVar("--peak")]);
   if (t.oom_count > 0) entries.push(["out of memory", cssVar("--oom")]);
@@ -238,6 +268,7 @@ class TimelinePlot {
       drawSeries(ctx, t, scale, range, t.reserved_min, t.reserved_max, cssVar("--reserved"), 0.18);
     }
     drawSeries(ctx, t, scale, range, t.live_min, t.live_max, cssVar("--live"), 0.25);
+    drawReplayed(ctx, t, scale, range);
     drawPeak(ctx, scale, t.peak_live, "peak live", cssVar("--peak"), 0);
     if (t.has_reserved) drawPeak(ctx, scale, t.peak_reserved, "peak reserved", cssVar("--muted"), 1);
     drawOoms(ctx, t, scale);
@@ -251,7 +282,7 @@ class TimelinePlot {
     this.canvas.dataset.viewTo = String(this.view.to);
     const zoomed = this.view.from > 0 || this.view.to < Math.max(1, t.events - 1);
     this.note.textContent = "Events " + formatCount(this.view.from) + " .. " + formatCount(this.view.to) +
-      " of " + formatCount(t.events) + " (x: event index, " + formatCount(t.x.length) + " buckets). " +
+      " of " + formatCount(t.events) + " (x: event index, " + plural(t.x.length, "bucket") + "). " +
       (zoomed ? "Double-click to show every event." : "Drag across the plot to zoom in.") +
       " A click picks the event the segment map shows.";
   }
@@ -324,6 +355,29 @@ function oomTable(t) {
   return [element("h3", {}, plural(t.oom_count, "allocation") + " failed for lack of memory" + shown), table];
 }
 
+// The replayed policies' figures beside the trace's own: what the same allocations would have
+// reserved under each.
+function replayTable(t) {
+  const table = element("table", { class: "replayed" },
+    element("tr", {}, element("th", {}, "policy (replayed on a simulated device)"),
+            element("th", { class: "num" }, "peak reserved"), element("th", { class: "num" }, "peak reserved / peak live"),
+            element("th", { class: "num" }, "page maps"), element("th", { class: "num" }, "failed allocations")));
+  for (const c of t.replay) {
+    const style = REPLAY_STYLES[c.policy];
+    table.append(element("tr", { "data-policy": c.policy },
+      element("td", {}, style ? style.label : c.policy), element("td", { class: "num" }, formatBytes(c.peak_reserved)),
+      element("td", { class: "num" }, c.fragmentation ? c.fragmentation.toFixed(3) : "-"),
+      element("td", { class: "num" }, c.policy === "pytorch" ? "-" : formatCount(c.page_maps)),
+      element("td", { class: "num" }, formatCount(c.oom_events))));
+  }
+  return element("div", {}, element("h3", {}, "The same trace replayed under other policies"), table,
+    element("p", { class: "note" }, "Each policy replays the trace's allocs and frees in order on a simulated device " +
+      "of 1 TiB (nothing fails for lack of memory): PyTorch's native caching allocator and its expandable segments as " +
+      "models of their rules, cudalloc as its own code with default settings. Page maps: cudalloc's 2 MiB pages, " +
+      "the expandable segments' mappings (2 MiB in the small pool, 20 MiB in the large). The ratio divides by the " +
+      "peak of what each replay served."));
+}
+
 // Draws the timeline of one device into `parent`. Returns the plot, or null without a trace.
 function renderTimeline(parent, t, trace) {
   if (trace && trace.note) parent.append(element("p", { class: "warning trace-note" }, trace.note));
@@ -340,6 +394,7 @@ function renderTimeline(parent, t, trace) {
                           ", peak live " + formatBytes(t.peak_live.bytes) +
                           (t.reserved_recorded ? " (reserved as cudalloc's stats count it)." : " (reserved from segment events).")));
   }
+  if (t.replay && t.replay.length > 0) parent.append(replayTable(t));
   if (t.oom_count > 0) parent.append(...oomTable(t));
   return plot;
 }

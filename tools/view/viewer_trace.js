@@ -320,8 +320,8 @@ function renderFragmentation(parent, t) {
   const unmaps = t.unmaps.reduce((a, b) => a + b, 0);
   parent.append(legend([["reserved / live (each bucket's highest)", cssVar("--peak")],
                         ["pages mapped", cssVar("--page-mapped")], ["pages unmapped", cssVar("--page-unmapped")]]));
-  parent.append(element("p", { class: "note frag-note" }, formatCount(maps) + " page maps and " +
-    formatCount(unmaps) + " unmaps in the trace (segment_map and segment_unmap events). The ratio is " +
+  parent.append(element("p", { class: "note frag-note" }, plural(maps, "page map") + " and " +
+    plural(unmaps, "unmap") + " in the trace (segment_map and segment_unmap events). The ratio is " +
     "not drawn where less than 5% of peak live memory is live; its axis ends at the 95th percentile of the values in view."));
   return new FragmentationPlot(parent, t);
 }
