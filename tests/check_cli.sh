@@ -105,6 +105,30 @@ expect 0 "device 0: 1 segment$" "$cli" inspect "$data/viewer_cut_trace.json"
 expect 0 "out of memory: 1 event$" "$cli" inspect "$data/viewer_cut_trace.json"
 expect 0 '"ooms": \[\]' "$cli" inspect --json "$dir/whole.json"
 
+# Replay out of memory: per policy one line that counts the failed allocations, no warning per
+# allocation, and fragmentation against what was live in that replay (never below 1).
+"$cli" replay --capacity 12G "$trace" >"$dir/oom.txt" 2>"$dir/oom.err"
+expect 0 "^3$" grep -cE "^  (cudalloc|pytorch|expandable): 5 allocations failed for lack of memory \(first: 1.53 GiB at event [0-9]+\); their frees were skipped; at most [0-9.]+ GiB live" "$dir/oom.txt"
+expect 0 "^0$" bash -c "wc -l <'$dir/oom.err'"
+expect 0 "^ok$" python3 -c "
+import re, sys
+frag = [float(f) for f in re.findall(r'fragmentation ([0-9.]+)', open('$dir/oom.txt').read())]
+print('ok' if len(frag) >= 3 and min(frag) >= 1 else frag)"
+expect 0 "^ok$" bash -c "'$cli' replay --json --capacity 12G '$trace' | python3 -c \"
+import json, sys
+r = json.load(sys.stdin)
+p = r['policies']
+ok = all(q['fragmentation'] >= 1 and q['oom_events'] == 5 and q['first_failed']['size'] > 0
+         and q['served_peak_live_bytes'] < r['peak_live_bytes'] for q in p.values())
+print('ok' if ok and len(p) == 3 else p)\""
+printf '{"device_traces": [[{"action": "alloc", "addr": 1, "size": 3221225472}, {"action": "free_completed", "addr": 1, "size": 3221225472}, {"action": "alloc", "addr": 2, "size": 512}]]}' > "$dir/one_oom.json"
+expect 0 "^  pytorch: 1 allocation failed for lack of memory \(first: 3.00 GiB at event 0\); its free was skipped; at most 512 B live" \
+  "$cli" replay --capacity 2G "$dir/one_oom.json"
+expect 0 "device allocs 1 segment " "$cli" replay --capacity 2G --policy pytorch "$dir/one_oom.json"
+printf '{"device_traces": [[{"action": "alloc", "addr": 1, "size": 512}], [{"action": "alloc", "addr": 2, "size": 512}, {"action": "alloc", "addr": 1, "size": 3221225472}]]}' > "$dir/two_oom.json"
+expect 0 "^  expandable: 1 allocation failed .*at event 1 of device 1\)" \
+  "$cli" replay --capacity 2G --policy expandable "$dir/two_oom.json"
+
 # --help on every subcommand: the usage on stdout, exit 0; `cudalloc --help` lists them all.
 for command in options replay inspect convert view diff; do
   expect 0 "usage: cudalloc $command" "$cli" "$command" --help

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include "core/log.h"
 #include "replay/curves.h"
 #include "replay/expandable_model.h"
 #include "replay/plan.h"
@@ -403,4 +404,50 @@ TEST_CASE("a plan remembers the device event each op came from", "[replay][curve
   // Device 0's events 0, 2, 4, 5, 6, 8: the other device's record does not count.
   CHECK(plan.op_events == std::vector<std::uint64_t>{0, 2, 4, 5, 6, 8});
   CHECK(plan.op_events.size() == plan.ops.size());
+}
+
+TEST_CASE("a replay whose allocations fail reports the first and what it had live",
+          "[replay][oom]") {
+  // 30 MiB never fit in 24 MiB: its free is skipped, and the replay never had more than the
+  // 10 MiB allocation live, where the trace had 40 MiB.
+  const std::vector<TraceRecord> events = {alloc(1, 10 * MiB), alloc(2, 30 * MiB), release(2),
+                                           release(1), alloc(3, 5 * MiB)};
+  Plan plan;
+  std::string error;
+  REQUIRE(make_plan(events, 0, false, &plan, &error));
+  CHECK(plan.peak_live_bytes == 40 * MiB);
+  CHECK(served_peak_live(plan, {}) == 40 * MiB);
+  CHECK(served_peak_live(plan, {1}) == 10 * MiB);
+  CHECK(served_peak_live(plan, {0, 1}) == 5 * MiB);
+  for (const PolicyResult& r : {run_cudalloc(plan, Settings{}, 24 * MiB),
+                                run_pytorch(plan, 24 * MiB), run_expandable(plan, 24 * MiB)}) {
+    INFO(r.policy);
+    CHECK(r.oom_events == 1);
+    CHECK(r.first_failed_size == 30 * MiB);
+    CHECK(r.first_failed_event == 1);
+    CHECK(r.served_peak_live_bytes == 10 * MiB);
+    CHECK(r.peak_reserved_bytes >= r.served_peak_live_bytes);
+  }
+  const PolicyResult fine = run_pytorch(plan, GiB);
+  CHECK(fine.oom_events == 0);
+  CHECK(fine.served_peak_live_bytes == 40 * MiB);
+}
+
+TEST_CASE("cudalloc's replay quiets its warnings at the default level while it runs",
+          "[replay][oom]") {
+  const spdlog::level::level_enum before = log().level();
+  log().set_level(spdlog::level::warn);
+  {
+    CudallocPolicy policy(0, Settings{}, 8 * MiB, false);
+    CHECK(log().level() == spdlog::level::err);
+    void* p = nullptr;
+    CHECK_FALSE(policy.allocate(64 * MiB, 0, &p));  // counted by the replay, not warned of
+  }
+  CHECK(log().level() == spdlog::level::warn);
+  log().set_level(spdlog::level::debug);  // CUDALLOC_LOG=debug asks for every message
+  {
+    CudallocPolicy policy(0, Settings{}, 8 * MiB, false);
+    CHECK(log().level() == spdlog::level::debug);
+  }
+  log().set_level(before);
 }

@@ -42,7 +42,8 @@ constexpr const char* kUsage =
     "       [--device-order] [--snapshot PATH] [--progress]\n"
     "  TRACE: a snapshot with device_traces (JSON, .json.gz or PyTorch pickle) or an RMM log\n"
     "  --conf      CUDALLOC_CONF settings for cudalloc (default: none)\n"
-    "  --capacity  simulated device memory (default 1T: no out-of-memory)\n"
+    "  --capacity  simulated device memory (default 1T: no out-of-memory); the allocations\n"
+    "              that fail are counted per policy, their frees skipped\n"
     "  --policy    which allocators to replay: cudalloc, pytorch (PyTorch's native rules),\n"
     "              expandable (PyTorch's expandable_segments:True rules), both (cudalloc and\n"
     "              pytorch) or all (the default: the three)\n"
@@ -113,14 +114,56 @@ bool parse_args(const Args& args, ReplayArgs* r, int* bad) {
   return !r->traces.empty();
 }
 
-json policy_json(const replay::PolicyResult& p, std::uint64_t peak_live) {
+// One policy's results summed over the devices of a trace.
+struct PolicySum {
+  replay::PolicyResult r;  // all fields summed but replay_ns_per_event (and the first failure's)
+  double ns = 0;           // replay_ns_per_event times the device's ops, summed
+  int first_failed_device = 0;
+};
+
+// Adds the result of device `device`'s `ops` operations to the sum.
+void add_result(const replay::PolicyResult& r, int device, std::size_t ops, PolicySum* sum) {
+  replay::PolicyResult& s = sum->r;
+  if (s.oom_events == 0 && r.oom_events > 0) {
+    s.first_failed_size = r.first_failed_size;
+    s.first_failed_event = r.first_failed_event;
+    sum->first_failed_device = device;
+  }
+  s.peak_reserved_bytes += r.peak_reserved_bytes;
+  s.final_reserved_bytes += r.final_reserved_bytes;
+  s.served_peak_live_bytes += r.served_peak_live_bytes;
+  s.device_allocs += r.device_allocs;
+  s.device_frees += r.device_frees;
+  s.oom_events += r.oom_events;
+  s.page_maps += r.page_maps;
+  s.page_unmaps += r.page_unmaps;
+  s.late_page_maps += r.late_page_maps;
+  s.late_page_unmaps += r.late_page_unmaps;
+  s.page_waits += r.page_waits;
+  s.fences += r.fences;
+  s.paged = r.paged;
+  if (s.problem.empty()) s.problem = r.problem;
+  sum->ns += r.replay_ns_per_event * double(ops);
+}
+
+// Fragmentation is peak reserved over the peak of what the policy had live: the trace's peak
+// live, or less when allocations failed (they never lived), so never below 1.
+json policy_json(const PolicySum& sum) {
+  const replay::PolicyResult& p = sum.r;
+  const std::uint64_t live = p.served_peak_live_bytes;
   json j = {{"peak_reserved_bytes", p.peak_reserved_bytes},
             {"final_reserved_bytes", p.final_reserved_bytes},
-            {"fragmentation", peak_live ? double(p.peak_reserved_bytes) / double(peak_live) : 0.0},
+            {"fragmentation", live ? double(p.peak_reserved_bytes) / double(live) : 0.0},
+            {"served_peak_live_bytes", live},
             {"device_allocs", p.device_allocs},
             {"device_frees", p.device_frees},
             {"oom_events", p.oom_events},
             {"replay_ns_per_event", p.replay_ns_per_event}};
+  if (p.oom_events > 0) {
+    j["first_failed"] = {{"size", p.first_failed_size},
+                         {"event", p.first_failed_event},
+                         {"device", sum.first_failed_device}};
+  }
   if (p.policy != "pytorch") {  // pages: cudalloc's paged segments, expandable segments
     j["page_maps"] = p.page_maps;
     j["page_unmaps"] = p.page_unmaps;
@@ -128,6 +171,7 @@ json policy_json(const replay::PolicyResult& p, std::uint64_t peak_live) {
     j["late_page_unmaps"] = p.late_page_unmaps;
   }
   if (p.policy == "cudalloc") {
+    j["paged"] = p.paged;
     j["page_waits"] = p.page_waits;
     j["fences"] = p.fences;
   }
@@ -135,20 +179,17 @@ json policy_json(const replay::PolicyResult& p, std::uint64_t peak_live) {
   return j;
 }
 
-// Adds one device's result to the sum over devices (all but replay_ns_per_event).
-void add_result(const replay::PolicyResult& r, replay::PolicyResult* sum) {
-  sum->peak_reserved_bytes += r.peak_reserved_bytes;
-  sum->final_reserved_bytes += r.final_reserved_bytes;
-  sum->device_allocs += r.device_allocs;
-  sum->device_frees += r.device_frees;
-  sum->oom_events += r.oom_events;
-  sum->page_maps += r.page_maps;
-  sum->page_unmaps += r.page_unmaps;
-  sum->late_page_maps += r.late_page_maps;
-  sum->late_page_unmaps += r.late_page_unmaps;
-  sum->page_waits += r.page_waits;
-  sum->fences += r.fences;
-  if (sum->problem.empty()) sum->problem = r.problem;
+// Replays one device's plan through policy `name`; cudalloc's end state joins *states.
+replay::PolicyResult run_policy(const std::string& name, const replay::Plan& plan,
+                                const ReplayArgs& args, const Settings& settings,
+                                std::vector<DeviceState>* states) {
+  if (name == "pytorch") return replay::run_pytorch(plan, args.capacity);
+  if (name == "expandable") return replay::run_expandable(plan, args.capacity);
+  DeviceState state;
+  replay::PolicyResult r =
+      replay::run_cudalloc(plan, settings, args.capacity, &state, args.device_order);
+  states->push_back(std::move(state));
+  return r;
 }
 
 // PyTorch's own figures for the workload, when the trace's meta carries them.
@@ -182,11 +223,11 @@ int replay_one(const ReplayArgs& args, const Settings& settings, const std::stri
           {"events", trace.events.size() + trace.other_events}};
   std::uint64_t peak_live = 0, allocs = 0, frees = 0, skipped = 0;
   const std::vector<std::string> policies = policies_of(args.policy);
-  std::map<std::string, replay::PolicyResult> sums;
-  std::map<std::string, double> ns;  // ns/event times ops, summed over devices
+  std::map<std::string, PolicySum> sums;
   std::vector<DeviceState> states;
-  double ops = 0;
-  for (int device : replay::trace_devices(trace.events)) {
+  const std::vector<int> devices = replay::trace_devices(trace.events);
+  std::size_t ops = 0;
+  for (int device : devices) {
     replay::Plan plan;
     if (!replay::make_plan(trace.events, device, args.skip_inconsistent, &plan, &error)) {
       std::fprintf(stderr, "cudalloc replay: %s: %s\n", path.c_str(), error.c_str());
@@ -198,30 +239,23 @@ int replay_one(const ReplayArgs& args, const Settings& settings, const std::stri
     skipped += plan.skipped_events;
     progress.step("device " + std::to_string(device) + ": replaying " +
                   std::to_string(plan.ops.size()) + " operations (" + args.policy + ")");
-    ops += double(plan.ops.size());
+    ops += plan.ops.size();
     for (const std::string& name : policies) {
-      replay::PolicyResult r;
-      if (name == "cudalloc") {
-        DeviceState state;
-        r = replay::run_cudalloc(plan, settings, args.capacity, &state, args.device_order);
-        states.push_back(std::move(state));
-      } else {
-        r = name == "pytorch" ? replay::run_pytorch(plan, args.capacity)
-                              : replay::run_expandable(plan, args.capacity);
-      }
-      add_result(r, &sums[name]);
-      ns[name] += r.replay_ns_per_event * double(plan.ops.size());
+      add_result(run_policy(name, plan, args, settings, &states), device, plan.ops.size(),
+                 &sums[name]);
     }
   }
   progress.step("replayed " + path);
+  (*out)["devices"] = devices.size();
   (*out)["alloc_events"] = allocs;
   (*out)["free_events"] = frees;
   (*out)["skipped_events"] = skipped;
   (*out)["peak_live_bytes"] = peak_live;
   for (const std::string& name : policies) {
-    sums[name].policy = name;  // also without devices
-    sums[name].replay_ns_per_event = ops ? ns[name] / ops : 0;
-    (*out)["policies"][name] = policy_json(sums[name], peak_live);
+    PolicySum& sum = sums[name];
+    sum.r.policy = name;  // also without devices
+    sum.r.replay_ns_per_event = ops ? sum.ns / double(ops) : 0;
+    (*out)["policies"][name] = policy_json(sum);
   }
   // The headline figures are those of the first policy replayed (cudalloc's if it was).
   const json& main = (*out)["policies"][policies.front()];
@@ -243,39 +277,75 @@ int replay_one(const ReplayArgs& args, const Settings& settings, const std::stri
   return 0;
 }
 
+// "1 page", "3 pages".
+std::string count_of(std::uint64_t n, const char* thing) {
+  return std::to_string(n) + " " + thing + (n == 1 ? "" : "s");
+}
+
+std::uint64_t u64(const json& j, const char* key) { return j[key].get<std::uint64_t>(); }
+
+// What a policy's device_allocs count (kLegend explains it).
+const char* device_alloc_unit(const std::string& policy, const json& p) {
+  if (policy == "pytorch") return "segment";
+  if (policy == "expandable") return "map";
+  return p.value("paged", false) ? "page" : "segment";
+}
+
+// One line per policy that had allocations fail: how many, the first, what it means.
+void print_failures(const std::string& name, const json& p, bool several_devices) {
+  const std::uint64_t failed = u64(p, "oom_events");
+  if (failed == 0) return;
+  const json& first = p["first_failed"];
+  std::string where = "event " + std::to_string(u64(first, "event"));
+  if (several_devices) where += " of device " + std::to_string(first["device"].get<int>());
+  std::printf("  %s: %s for lack of memory (first: %s at %s); %s skipped; at most %s "
+              "live (its fragmentation's base)\n",
+              name.c_str(), (count_of(failed, "allocation") + " failed").c_str(),
+              format_bytes(u64(first, "size")).c_str(), where.c_str(),
+              failed == 1 ? "its free was" : "their frees were",
+              format_bytes(u64(p, "served_peak_live_bytes")).c_str());
+}
+
+// The pages mapped and unmapped by the policies that map pages.
+void print_pages(const json& policies) {
+  for (const char* name : {"cudalloc", "expandable"}) {
+    const json& p = policies.value(name, json::object());
+    if (!p.contains("page_maps")) continue;
+    std::printf("  %-10s pages mapped %llu, unmapped %llu (second half of the trace: %llu, %llu)",
+                name, p["page_maps"].get<unsigned long long>(),
+                p["page_unmaps"].get<unsigned long long>(),
+                p["late_page_maps"].get<unsigned long long>(),
+                p["late_page_unmaps"].get<unsigned long long>());
+    if (p.contains("page_waits")) {
+      std::printf(", host waits %llu", p["page_waits"].get<unsigned long long>());
+    }
+    std::printf("\n");
+  }
+}
+
 void print_text(const json& r) {
   std::printf("%s: %s events (%s), parsed in %.2f s\n", r["trace"].get<std::string>().c_str(),
-              std::to_string(r["events"].get<std::uint64_t>()).c_str(),
-              r["format"].get<std::string>().c_str(), r["parse_seconds"].get<double>());
-  std::printf("  peak live %s\n", format_bytes(r["peak_live_bytes"].get<std::uint64_t>()).c_str());
-  if (const auto skipped = r["skipped_events"].get<std::uint64_t>(); skipped > 0) {
-    std::printf("  skipped %llu inconsistent events\n", static_cast<unsigned long long>(skipped));
+              std::to_string(u64(r, "events")).c_str(), r["format"].get<std::string>().c_str(),
+              r["parse_seconds"].get<double>());
+  std::printf("  peak live %s\n", format_bytes(u64(r, "peak_live_bytes")).c_str());
+  if (const auto skipped = u64(r, "skipped_events"); skipped > 0) {
+    std::printf("  skipped %s\n", count_of(skipped, "inconsistent event").c_str());
+  }
+  const json& policies = r["policies"];
+  for (const char* name : {"cudalloc", "pytorch", "expandable"}) {
+    if (!policies.contains(name)) continue;
+    const json& p = policies[name];
+    std::printf("  %-10s peak reserved %-11s fragmentation %.3f  device allocs %-14s "
+                "%.1f ns/event\n",
+                name, format_bytes(u64(p, "peak_reserved_bytes")).c_str(),
+                p["fragmentation"].get<double>(),
+                count_of(u64(p, "device_allocs"), device_alloc_unit(name, p)).c_str(),
+                p["replay_ns_per_event"].get<double>());
   }
   for (const char* name : {"cudalloc", "pytorch", "expandable"}) {
-    if (!r["policies"].contains(name)) continue;
-    const json& p = r["policies"][name];
-    std::printf("  %-10s peak reserved %-12s fragmentation %.3f  device allocs %-6s  %.1f ns/event%s\n",
-                name, format_bytes(p["peak_reserved_bytes"].get<std::uint64_t>()).c_str(),
-                p["fragmentation"].get<double>(),
-                std::to_string(p["device_allocs"].get<std::uint64_t>()).c_str(),
-                p["replay_ns_per_event"].get<double>(),
-                p["oom_events"].get<std::uint64_t>() ? "  (allocations failed: see oom_events)" : "");
+    if (policies.contains(name)) print_failures(name, policies[name], u64(r, "devices") > 1);
   }
-  if (const json& c = r["policies"].value("cudalloc", json::object()); c.contains("page_maps")) {
-    std::printf("  cudalloc   pages mapped %llu, unmapped %llu (second half of the trace: %llu, "
-                "%llu), host waits %llu\n",
-                c["page_maps"].get<unsigned long long>(), c["page_unmaps"].get<unsigned long long>(),
-                c["late_page_maps"].get<unsigned long long>(),
-                c["late_page_unmaps"].get<unsigned long long>(),
-                c["page_waits"].get<unsigned long long>());
-  }
-  if (const json& e = r["policies"].value("expandable", json::object()); e.contains("page_maps")) {
-    std::printf("  expandable pages mapped %llu, unmapped %llu (second half of the trace: %llu, "
-                "%llu)\n",
-                e["page_maps"].get<unsigned long long>(), e["page_unmaps"].get<unsigned long long>(),
-                e["late_page_maps"].get<unsigned long long>(),
-                e["late_page_unmaps"].get<unsigned long long>());
-  }
+  print_pages(policies);
   if (r.contains("pytorch_reported")) {
     for (const auto& [mode, p] : r["pytorch_reported"].items()) {
       std::printf("  PyTorch %s (measured on the GPU): fragmentation %.3f\n", mode.c_str(),
@@ -283,6 +353,17 @@ void print_text(const json& r) {
     }
   }
 }
+
+// Printed once after the text of every trace.
+constexpr const char* kLegend =
+    "peak live: the largest sum of live allocations in the trace. peak reserved: the most\n"
+    "device memory held from the driver. fragmentation = peak reserved / peak live; where\n"
+    "allocations failed, / the peak live of what the policy served (the failed ones never\n"
+    "lived). device allocs: cudalloc's physical 2 MiB pages created (segments with vmm:0),\n"
+    "pytorch's segments (cudaMalloc calls), expandable's map calls (of 2 MiB small-pool or\n"
+    "20 MiB large-pool pages). ns/event: the allocator's own time per replayed event on the\n"
+    "simulated device, not the GPU's. Second half of the trace: the events after the middle,\n"
+    "where a repeating workload is in its steady state.\n";
 
 std::string cell(const json& r, const char* group, const char* name) {
   if (!r.contains(group) || !r[group].contains(name)) return "-";
@@ -336,6 +417,7 @@ int replay_command(const Args& args) {
     std::fprintf(stderr, "warning: %s\n", w.c_str());
   }
   int status = 0;
+  bool printed_text = false;
   if (r.table) print_table_header();
   for (const std::string& trace : r.traces) {
     json result;
@@ -349,6 +431,7 @@ int replay_command(const Args& args) {
       print_table_row(result);
     } else {
       print_text(result);
+      printed_text = true;
     }
     if (result["policies"].contains("cudalloc") &&
         result["policies"]["cudalloc"].contains("invariant_violation")) {
@@ -357,6 +440,7 @@ int replay_command(const Args& args) {
       status = 1;
     }
   }
+  if (printed_text) std::printf("%s", kLegend);
   return status;
 }
 

@@ -8,10 +8,14 @@ constexpr std::uint64_t kRoundLarge = 2 << 20;
 
 }  // namespace
 
+std::uint64_t PytorchModel::segment_size(std::uint64_t size) {
+  if (size <= kSmallSize) return kSmallBuffer;
+  if (size < kMinLargeAlloc) return kLargeBuffer;
+  return (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+}
+
 BlockModel::Block* PytorchModel::grow(bool small, std::uint64_t stream, std::uint64_t size) {
-  const std::uint64_t bytes = size <= kSmallSize       ? kSmallBuffer
-                              : size < kMinLargeAlloc ? kLargeBuffer
-                                                      : (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+  const std::uint64_t bytes = segment_size(size);
   if (!reserve(bytes)) return nullptr;
   ++segment_allocs_;
   return new_segment(small, stream, bytes, true, 1);

@@ -21,6 +21,8 @@ class PytorchModel final : public BlockModel {
   explicit PytorchModel(std::uint64_t capacity) : BlockModel(capacity) {}
 
  private:
+  // The size of the segment that a request of `size` bytes (rounded) gets.
+  static std::uint64_t segment_size(std::uint64_t size);
   Block* grow(bool small, std::uint64_t stream, std::uint64_t size) override;
   void release_cache() override;
   std::uint64_t min_rest(bool small) const override { return small ? kMinBlock : kSmallSize + 1; }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <vector>
 
+#include "core/log.h"
 #include "replay/expandable_model.h"
 #include "replay/pytorch_model.h"
 
@@ -36,6 +37,16 @@ double timed_replay(const Plan& plan, Policy& policy, AtHalf&& at_half, AtEnd&& 
   return plan.ops.empty() ? 0.0 : elapsed.count() / static_cast<double>(plan.ops.size());
 }
 
+// The failures of a replay of `plan`, into r (oom_events and what comes with them).
+void note_failures(const Plan& plan, const OpReplayer& replayer, PolicyResult* r) {
+  const std::vector<std::size_t>& failed = replayer.failed();
+  r->oom_events = failed.size();
+  r->served_peak_live_bytes = served_peak_live(plan, failed);
+  if (failed.empty()) return;
+  r->first_failed_size = plan.ops[failed.front()].size;
+  r->first_failed_event = plan.op_events[failed.front()];
+}
+
 // Replays `plan` through a model of PyTorch (BlockModel's interface); at_half(model) runs
 // when half of the ops have been replayed.
 template <typename Model, typename AtHalf>
@@ -45,7 +56,7 @@ PolicyResult run_model(const Plan& plan, Model& model, const char* name, AtHalf&
   OpReplayer replayer(plan);
   r.replay_ns_per_event = timed_replay(
       plan, model, [&] { at_half(model); }, [] {}, &replayer);
-  r.oom_events = replayer.failed().size();
+  note_failures(plan, replayer, &r);
   r.peak_reserved_bytes = model.peak_reserved();
   r.final_reserved_bytes = model.reserved();
   r.device_allocs = model.segment_allocs();
@@ -53,14 +64,26 @@ PolicyResult run_model(const Plan& plan, Model& model, const char* name, AtHalf&
   return r;
 }
 
+// Lowers the logger to errors from its default level (warn); returns the level it had.
+int quiet_warnings() {
+  const spdlog::level::level_enum level = log().level();
+  if (level == spdlog::level::warn) log().set_level(spdlog::level::err);
+  return static_cast<int>(level);
+}
+
 }  // namespace
 
 CudallocPolicy::CudallocPolicy(int device, const Settings& settings, std::uint64_t capacity,
                                bool device_order)
-    : fake_(unbacked(device, capacity)),
+    : log_level_(quiet_warnings()),
+      fake_(unbacked(device, capacity)),
       alloc_(fake_, device, settings),
       order_(device_order ? DeviceAllocator::FreeOrder::device
                           : DeviceAllocator::FreeOrder::stream) {}
+
+CudallocPolicy::~CudallocPolicy() {
+  log().set_level(static_cast<spdlog::level::level_enum>(log_level_));
+}
 
 std::uint64_t CudallocPolicy::reserved() const {
   return static_cast<std::uint64_t>(alloc_.stats().reserved_bytes.current);
@@ -106,7 +129,7 @@ PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint6
         if (final_state != nullptr) *final_state = alloc.state();
       },
       &replayer);
-  r.oom_events = replayer.failed().size();
+  note_failures(plan, replayer, &r);
   const Stats s = alloc.stats();
   r.page_maps = static_cast<std::uint64_t>(s.page_maps.total);
   r.page_unmaps = static_cast<std::uint64_t>(s.page_unmaps.total);
@@ -118,6 +141,7 @@ PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint6
   r.final_reserved_bytes = static_cast<std::uint64_t>(s.reserved_bytes.current);
   r.device_allocs = static_cast<std::uint64_t>(s.device_allocs.total);
   r.device_frees = static_cast<std::uint64_t>(s.device_frees.total);
+  r.paged = alloc.paged();
   r.problem = alloc.validate();
   return r;
 }

@@ -23,6 +23,12 @@ struct PolicyResult {
   std::uint64_t device_allocs = 0;
   std::uint64_t device_frees = 0;
   std::uint64_t oom_events = 0;       // allocations that failed; their frees are skipped
+  // With oom_events: the first failed request's size and its event (the index among the
+  // device's events). served_peak_live_bytes: the most bytes live at once in this replay,
+  // which lacks the failed allocations (the plan's peak live when none failed).
+  std::uint64_t first_failed_size = 0;
+  std::uint64_t first_failed_event = 0;
+  std::uint64_t served_peak_live_bytes = 0;
   // cudalloc's paged mode and expandable segments: pages mapped / unmapped (all, and in the
   // second half of the events, where a repeating workload is in its steady state); cudalloc's
   // host waits before a page moved.
@@ -33,6 +39,7 @@ struct PolicyResult {
   std::uint64_t page_waits = 0;
   std::uint64_t fences = 0;  // device synchronizations for device-ordered frees
   double replay_ns_per_event = 0;     // allocator time only
+  bool paged = false;                 // cudalloc: paged segments (device_allocs are pages)
   std::string problem;                // an invariant violation found after the replay
 };
 
@@ -43,9 +50,15 @@ struct PolicyResult {
 // cudalloc's DeviceAllocator for device `device` of a FakeDevice of `capacity` bytes per
 // device that keeps records but no bytes (the allocator's cost, not the simulation's system
 // calls). Frees are stream-ordered, or device-ordered with device_order.
+// While one exists, cudalloc's logger at its default level (warn) shows errors only: a replay
+// counts the allocations that fail and reports them once (PolicyResult), where the allocator
+// would warn of each. CUDALLOC_LOG=info, debug or trace keep every message.
 class CudallocPolicy {
  public:
   CudallocPolicy(int device, const Settings& settings, std::uint64_t capacity, bool device_order);
+  ~CudallocPolicy();
+  CudallocPolicy(const CudallocPolicy&) = delete;
+  CudallocPolicy& operator=(const CudallocPolicy&) = delete;
   bool allocate(std::uint64_t size, std::uint64_t stream, void** handle) {
     return alloc_.allocate(size, stream, handle) == Error::ok;
   }
@@ -55,6 +68,7 @@ class CudallocPolicy {
   DeviceAllocator& allocator() { return alloc_; }
 
  private:
+  const int log_level_;  // the logger's level before, restored at destruction
   device::FakeDevice fake_;
   DeviceAllocator alloc_;
   DeviceAllocator::FreeOrder order_;
