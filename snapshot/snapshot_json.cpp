@@ -21,6 +21,17 @@ const char* block_state_name(BlockState::Kind kind) {
   return "inactive";
 }
 
+// A paged segment's pages as runs: {address, size, mapped, location (mapped runs only)}.
+json pages_json(const SegmentState& s) {
+  json out = json::array();
+  for (const PageRun& run : s.pages) {
+    json entry = {{"address", run.addr}, {"size", run.size}, {"mapped", run.mapped}};
+    if (run.mapped) entry["location"] = run.host ? "host" : "device";
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 json segment_json(const DeviceState& d, const SegmentState& s) {
   json blocks = json::array();
   std::size_t allocated = 0, active = 0, requested = 0;
@@ -49,6 +60,7 @@ json segment_json(const DeviceState& d, const SegmentState& s) {
           {"host_size", s.host_bytes},
           {"frames", json::array()},
           {"blocks", std::move(blocks)}};
+  if (s.paged) out["pages"] = pages_json(s);
   if (!s.region.empty()) {
     // A region's segment (sleep and wake): dropped bytes have no memory behind them.
     out["region"] = s.region;

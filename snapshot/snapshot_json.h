@@ -1,5 +1,6 @@
 // Snapshots in PyTorch's memory-snapshot schema (torch.cuda.memory._snapshot()), as JSON:
-//   segments[]       one per segment, with its blocks (slab objects appear as blocks)
+//   segments[]       one per segment, with its blocks (slab objects appear as blocks) and,
+//                    for paged segments, its pages as runs of one state (mapped, location)
 //   device_traces[]  one list per device of {action, addr, size, stream, time_us, frames},
 //                    and reserved_bytes (the device's reserved_bytes stat once the event
 //                    happened; PyTorch's tools ignore it); oom events add device_free
