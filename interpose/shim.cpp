@@ -157,10 +157,12 @@ Error allocate_on_current(void** ptr, std::size_t size, void* stream) {
   try {
     const Error e = d->allocate(size, reinterpret_cast<StreamHandle>(stream), ptr);
     // snapshot_on_oom, as through the C API. Writing the snapshot allocates host memory on
-    // this error path: only when the user asked for it, never with a lock held, and a
-    // failure to write it is reported by the hook and changes nothing here.
-    if (e == Error::out_of_memory && !d->settings().snapshot_on_oom.empty()) {
-      if (OutOfMemoryHook hook = out_of_memory_hook()) hook(d->ordinal());
+    // this error path: only when the user asked for it (report_out_of_memory does nothing
+    // otherwise), never with a lock held, and a failure to write it is reported by the hook
+    // and changes nothing here. The caller's Inside guard sends any CUDA call the hook makes
+    // to the real functions.
+    if (e == Error::out_of_memory) {
+      report_out_of_memory(*d, size, reinterpret_cast<std::uintptr_t>(stream));
     }
     return e;
   } catch (...) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -17,10 +18,10 @@
 namespace cudalloc::snapshot {
 namespace {
 
-std::string snapshot_text(Allocator& allocator) {
+nlohmann::json snapshot_doc(Allocator& allocator) {
   std::vector<DeviceState> states;
   allocator.for_each_device([&](DeviceAllocator& d) { states.push_back(d.state()); });
-  return snapshot_json(states, process_conf()).dump();
+  return snapshot_json(states, process_conf());
 }
 
 // Writes `text` to PATH.tmp, then renames it over `path`, so that a reader never sees half a
@@ -54,10 +55,12 @@ bool write_file(const std::string& path, const std::string& text, std::string* w
   return false;
 }
 
+// cudalloc_snapshot and snapshot_at_exit: `path` with %p expanded; a failure is the calling
+// thread's last error.
 Error write_snapshot(Allocator& allocator, const std::string& path) {
   const std::string expanded = expand_path(path);
   std::string why;
-  if (!write_file(expanded, snapshot_text(allocator), &why)) {
+  if (!write_file(expanded, snapshot_doc(allocator).dump(), &why)) {
     return fail(Error::invalid_value, "cannot write snapshot file %s: %s", expanded.c_str(),
                 why.c_str());
   }
@@ -65,17 +68,51 @@ Error write_snapshot(Allocator& allocator, const std::string& path) {
   return Error::ok;
 }
 
-void snapshot_on_oom(int device) {
+// The failed request, as the snapshot written for it records it ("oom" in the cudalloc
+// section; docs/snapshots.md).
+nlohmann::json oom_json(const OutOfMemory& oom, std::uint64_t sequence) {
+  nlohmann::json out = {{"device", oom.device},     {"size", oom.size},
+                        {"stream", oom.stream},     {"sequence", sequence},
+                        {"message", oom.message}};
+  if (oom.device_free_known) out["device_free"] = oom.device_free;
+  return out;
+}
+
+// Whether out-of-memory error number `sequence` is past snapshot_on_oom_max (0: no cap). The
+// first one past it says so, once.
+bool past_cap(std::uint64_t sequence, std::size_t max) {
+  if (max == 0 || sequence <= max) return false;
+  if (sequence == max + 1) {
+    log().warn("snapshot_on_oom: {} snapshot{} written, as many as snapshot_on_oom_max allows; "
+               "no more are written for later out-of-memory errors",
+               max, max == 1 ? "" : "s");
+  }
+  return true;
+}
+
+// The hook (api/hooks.h): one new file per out-of-memory error, named by its number in the
+// process (oom_snapshot_path). It never calls fail(): the caller's last error stays the
+// allocation's.
+void snapshot_on_oom(const OutOfMemory& oom) noexcept {
+  static std::atomic<std::uint64_t> count{0};
   try {
     Allocator& a = process_allocator();
-    const std::string& path = a.settings().snapshot_on_oom;
-    if (write_snapshot(a, path) == Error::ok) {
-      log().warn("device {}: out of memory; snapshot written to {}", device, expand_path(path));
+    const std::uint64_t sequence = count.fetch_add(1) + 1;
+    if (past_cap(sequence, a.settings().snapshot_on_oom_max)) return;
+    const std::string path = oom_snapshot_path(a.settings().snapshot_on_oom, sequence);
+    nlohmann::json doc = snapshot_doc(a);
+    doc["cudalloc"]["oom"] = oom_json(oom, sequence);
+    std::string why;
+    if (write_file(path, doc.dump(), &why)) {
+      log().warn("device {}: out of memory (error {} of this process); snapshot written to {}",
+                 oom.device, sequence, path);
     } else {
-      log().error("snapshot_on_oom: {}", last_error_message());
+      log().error("snapshot_on_oom: cannot write snapshot file {}: {}", path, why);
     }
   } catch (const std::exception& e) {
     log().error("snapshot_on_oom failed: {}", e.what());
+  } catch (...) {
+    log().error("snapshot_on_oom failed");
   }
 }
 
@@ -126,7 +163,7 @@ extern "C" cudalloc_error_t cudalloc_snapshot_json(char* buffer, size_t capacity
     return snapshot::to_code(fail(Error::invalid_value, "snapshot_json: length is NULL"));
   }
   try {
-    const std::string text = snapshot::snapshot_text(process_allocator());
+    const std::string text = snapshot::snapshot_doc(process_allocator()).dump();
     *length = text.size();
     if (buffer == nullptr || capacity < text.size() + 1) {
       return snapshot::to_code(fail(Error::invalid_value,

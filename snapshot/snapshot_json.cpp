@@ -21,6 +21,17 @@ const char* block_state_name(BlockState::Kind kind) {
   return "inactive";
 }
 
+// A paged segment's pages as runs: {address, size, mapped, location (mapped runs only)}.
+json pages_json(const SegmentState& s) {
+  json out = json::array();
+  for (const PageRun& run : s.pages) {
+    json entry = {{"address", run.addr}, {"size", run.size}, {"mapped", run.mapped}};
+    if (run.mapped) entry["location"] = run.host ? "host" : "device";
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 json segment_json(const DeviceState& d, const SegmentState& s) {
   json blocks = json::array();
   std::size_t allocated = 0, active = 0, requested = 0;
@@ -49,6 +60,7 @@ json segment_json(const DeviceState& d, const SegmentState& s) {
           {"host_size", s.host_bytes},
           {"frames", json::array()},
           {"blocks", std::move(blocks)}};
+  if (s.paged) out["pages"] = pages_json(s);
   if (!s.region.empty()) {
     // A region's segment (sleep and wake): dropped bytes have no memory behind them.
     out["region"] = s.region;
@@ -159,17 +171,50 @@ json snapshot_json(const std::vector<DeviceState>& devices, const std::string& c
             {"regions", std::move(regions)}}}};
 }
 
-std::string expand_path(const std::string& path) {
+namespace {
+
+// `path` with %p replaced by the process id and, when sequence is not 0, %n by it.
+std::string expand(const std::string& path, std::uint64_t sequence) {
   std::string out;
   for (std::size_t i = 0; i < path.size(); ++i) {
-    if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
+    const char next = i + 1 < path.size() && path[i] == '%' ? path[i + 1] : '\0';
+    if (next == 'p') {
       out += std::to_string(::getpid());
-      ++i;
+    } else if (next == 'n' && sequence != 0) {
+      out += std::to_string(sequence);
     } else {
       out += path[i];
+      continue;
     }
+    ++i;
   }
   return out;
+}
+
+// Where the extension of the file name in `path` starts (oom_snapshot_path), or npos.
+std::size_t extension_start(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  const std::size_t name = slash == std::string::npos ? 0 : slash + 1;
+  auto dot_before = [&](std::size_t end) {
+    const std::size_t dot = end > name ? path.rfind('.', end - 1) : std::string::npos;
+    return dot != std::string::npos && dot > name ? dot : std::string::npos;
+  };
+  const std::size_t last = dot_before(path.size());
+  if (last == std::string::npos || path.compare(last, std::string::npos, ".gz") != 0) return last;
+  const std::size_t before = dot_before(last);
+  return before != std::string::npos ? before : last;
+}
+
+}  // namespace
+
+std::string expand_path(const std::string& path) { return expand(path, 0); }
+
+std::string oom_snapshot_path(const std::string& path, std::uint64_t sequence) {
+  std::string out = expand(path, sequence);
+  if (sequence <= 1 || path.find("%n") != std::string::npos) return out;
+  const std::size_t at = extension_start(out);
+  const std::string number = "." + std::to_string(sequence);
+  return at == std::string::npos ? out + number : out.insert(at, number);
 }
 
 }  // namespace cudalloc::snapshot

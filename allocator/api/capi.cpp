@@ -44,7 +44,7 @@ cudalloc_error_t cudalloc_allocate(void** ptr, size_t size, int device, cudaStre
   if (ptr != nullptr) *ptr = nullptr;
   return on_device(device, MinusOne::current, [&](DeviceAllocator& d) {
     if (ptr == nullptr) return fail(Error::invalid_value, "allocate: ptr is NULL");
-    return after_out_of_memory(d, d.allocate(size, handle(stream), ptr));
+    return after_out_of_memory(d, size, stream, d.allocate(size, handle(stream), ptr));
   });
 }
 
@@ -108,7 +108,8 @@ void* cudalloc_malloc(size_t size, int device, cudaStream_t stream) {
   // PyTorch's pluggable interface makes no pool calls for CUDA graphs: allocations on a
   // capturing stream go to that capture's own pool (DeviceAllocator::allocate_owned_by_capture).
   const cudalloc_error_t err = on_device(device, MinusOne::current, [&](DeviceAllocator& d) {
-    return after_out_of_memory(d, d.allocate_owned_by_capture(size, handle(stream), &ptr));
+    return after_out_of_memory(d, size, stream,
+                               d.allocate_owned_by_capture(size, handle(stream), &ptr));
   });
   if (err == CUDALLOC_SUCCESS) return ptr;
   // PyTorch does not check for NULL (it would hand out a tensor without memory); an

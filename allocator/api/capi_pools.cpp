@@ -46,7 +46,7 @@ cudalloc_error_t cudalloc_allocate_in_pool(void** ptr, size_t size, int device,
   if (ptr != nullptr) *ptr = nullptr;
   return on_device(device, MinusOne::current, [&](DeviceAllocator& d) {
     if (ptr == nullptr) return fail(Error::invalid_value, "allocate_in_pool: ptr is NULL");
-    return after_out_of_memory(d, d.allocate(size, handle(stream), ptr, pool));
+    return after_out_of_memory(d, size, stream, d.allocate(size, handle(stream), ptr, pool));
   });
 }
 

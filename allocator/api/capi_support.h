@@ -104,11 +104,13 @@ inline cudalloc_error_t on_owner(const void* ptr, const char* what, F&& f) {
   });
 }
 
-// Passes `err` through; after an out-of-memory failure, runs the snapshot_on_oom hook first
-// (every allocating entry point calls this, outside the device's lock).
-inline Error after_out_of_memory(DeviceAllocator& d, Error err) {
-  if (err == Error::out_of_memory && !d.settings().snapshot_on_oom.empty()) {
-    if (cudalloc::OutOfMemoryHook hook = cudalloc::out_of_memory_hook()) hook(d.ordinal());
+// Passes `err`, the answer to a request of `size` bytes on `stream`, through; after an
+// out-of-memory failure, reports the request first (hooks.h: the snapshot_on_oom hook). Every
+// allocating entry point calls this, outside the device's lock.
+inline Error after_out_of_memory(DeviceAllocator& d, std::size_t size, cudaStream_t stream,
+                                 Error err) {
+  if (err == Error::out_of_memory) {
+    cudalloc::report_out_of_memory(d, size, reinterpret_cast<std::uintptr_t>(stream));
   }
   return err;
 }

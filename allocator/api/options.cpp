@@ -195,9 +195,16 @@ std::span<const Option> options() {
        "(0: no trace). Costs a clock read per event.",
        set_count<&Settings::trace, 0, std::size_t{1} << 28>, get_size<&Settings::trace>},
       {"snapshot_on_oom", OptionType::path,
-       "Write a JSON snapshot to this file when an allocation fails for lack of memory; %p "
-       "expands to the process id.",
+       "Write a JSON snapshot, with the failed request, to a new file each time an allocation "
+       "fails for lack of memory. %p expands to the process id, %n to the error's number in "
+       "the process (1, 2, ...); without %n the first file has the name as given and later "
+       "ones .2, .3, ... before the extension (oom.json, oom.2.json).",
        set_path<&Settings::snapshot_on_oom>, get_path<&Settings::snapshot_on_oom>},
+      {"snapshot_on_oom_max", OptionType::count,
+       "Most snapshot_on_oom files written per process (0: no cap); past it one warning is "
+       "logged and later errors write none.",
+       set_count<&Settings::snapshot_on_oom_max, 0, std::size_t{1} << 20>,
+       get_size<&Settings::snapshot_on_oom_max>},
       {"snapshot_at_exit", OptionType::path,
        "Write a JSON snapshot to this file when the process exits; %p expands to the process "
        "id.",

@@ -83,4 +83,24 @@ void set_out_of_memory_hook(OutOfMemoryHook hook) { g_oom_hook.store(hook); }
 
 OutOfMemoryHook out_of_memory_hook() { return g_oom_hook.load(); }
 
+void report_out_of_memory(const DeviceAllocator& d, std::size_t size,
+                          std::uintptr_t stream) noexcept {
+  if (d.settings().snapshot_on_oom.empty()) return;
+  const OutOfMemoryHook hook = out_of_memory_hook();
+  if (hook == nullptr) return;
+  OutOfMemory oom;
+  oom.device = d.ordinal();
+  oom.size = size;
+  oom.stream = stream;
+  oom.message = last_error_message();
+  // The core noted this failure on this thread just before it returned (a note of another
+  // request would not match it).
+  if (const OutOfMemoryDetail& note = last_out_of_memory();
+      note.device == oom.device && note.size == size && note.device_free_known) {
+    oom.device_free_known = true;
+    oom.device_free = note.device_free;
+  }
+  hook(oom);
+}
+
 }  // namespace cudalloc

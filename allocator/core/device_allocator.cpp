@@ -82,7 +82,7 @@ Error DeviceAllocator::allocate(std::size_t size, StreamHandle stream, void** pt
     const bool too_big = size > kMaxRequest ||
                          (settings_.offload == Offload::none && total != 0 && size > total);
     if (too_big) {
-      ledger_.out_of_memory(size, stream);
+      count_out_of_memory(size, stream, nullptr);
       return fail(Error::out_of_memory,
                   "cannot allocate %zu bytes on device %d: larger than the device (%zu bytes)",
                   size, ordinal_, total);
@@ -176,13 +176,21 @@ Error DeviceAllocator::spill(StreamPool& pool, Request request, std::uintptr_t* 
   return err;
 }
 
-Error DeviceAllocator::out_of_memory(std::size_t size, StreamHandle stream) {
+std::size_t DeviceAllocator::count_out_of_memory(std::size_t size, StreamHandle stream,
+                                                 std::size_t* total) {
   ledger_.out_of_memory(size, stream);
+  std::size_t free_bytes = 0, total_bytes = 0;
+  const bool known = device_.mem_info(ordinal_, &free_bytes, &total_bytes) == device::Status::ok;
+  note_out_of_memory(OutOfMemoryDetail{ordinal_, size, known, known ? free_bytes : 0});
+  if (total != nullptr) *total = known ? total_bytes : 0;
+  return known ? free_bytes : 0;
+}
+
+Error DeviceAllocator::out_of_memory(std::size_t size, StreamHandle stream) {
+  std::size_t total = 0;
+  const std::size_t free_bytes = count_out_of_memory(size, stream, &total);
   const Stats& s = ledger_.stats();
   const std::size_t cap = budget_.reserve_cap();
-  std::size_t free_bytes = 0;
-  std::size_t total = 0;
-  device_.mem_info(ordinal_, &free_bytes, &total);
   const auto active = static_cast<std::size_t>(s.active_bytes.current);
   const std::size_t budget = budget_.device_budget();
   // Why: the request does not fit beside what is in use, or the cache holds enough but not

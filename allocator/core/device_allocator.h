@@ -229,6 +229,12 @@ class DeviceAllocator final : private FreeCompletion {
   bool fence_due() const;
   // Serves a request that found no device room from the host tier.
   Error spill(StreamPool& pool, Request request, std::uintptr_t* addr, Owner* owner);
+  // A request that failed for lack of memory: counted (stats, trace) and noted for the entry
+  // point (errors.h, last_out_of_memory). Returns the device's free memory as the driver
+  // reports it, and its total in *total (may be NULL); 0 for what the driver cannot say.
+  std::size_t count_out_of_memory(std::size_t size, StreamHandle stream, std::size_t* total);
+  // Counts the failure as above and formats its message (what is allocated, reserved, cached,
+  // the cap, the device's free memory); returns out_of_memory.
   Error out_of_memory(std::size_t size, StreamHandle stream);
   Error move(void* ptr, device::Location to, StreamHandle stream);
   Error span_of(const void* ptr, AllocationSpan* out) const;

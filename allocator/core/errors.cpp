@@ -9,6 +9,7 @@
 namespace cudalloc {
 namespace {
 thread_local char t_message[512];
+thread_local OutOfMemoryDetail t_out_of_memory;
 }  // namespace
 
 const char* error_name(Error e) {
@@ -34,6 +35,10 @@ Error fail(Error e, const char* format, ...) {
 }
 
 const char* last_error_message() { return t_message; }
+
+void note_out_of_memory(const OutOfMemoryDetail& detail) { t_out_of_memory = detail; }
+
+const OutOfMemoryDetail& last_out_of_memory() { return t_out_of_memory; }
 
 void fatal_host_out_of_memory(const char* operation, int device) noexcept {
   // No allocation on this path: format into the stack and write(2) directly.

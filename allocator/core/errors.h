@@ -5,6 +5,7 @@
 // buffer, so reporting an error never allocates.
 #pragma once
 
+#include <cstddef>
 #include <new>
 
 namespace cudalloc {
@@ -25,6 +26,19 @@ const char* error_name(Error e);
 // Formats the calling thread's last error message (printf style) and returns `e`.
 Error fail(Error e, const char* format, ...) __attribute__((format(printf, 2, 3)));
 const char* last_error_message();
+
+// The calling thread's last allocation that failed for lack of memory (DeviceAllocator), for
+// the entry point that reports it: which device, how many bytes, and the device's free memory
+// as the driver reported it then (device_free_known is false when the driver could not say).
+// Kept per thread beside the message, so recording it never allocates.
+struct OutOfMemoryDetail {
+  int device = -1;
+  std::size_t size = 0;
+  bool device_free_known = false;
+  std::size_t device_free = 0;
+};
+void note_out_of_memory(const OutOfMemoryDetail& detail);
+const OutOfMemoryDetail& last_out_of_memory();
 
 // Host memory for the allocator's own metadata (block and page records, tables) is assumed.
 // Running out of it inside an operation that changes the allocator's state is fatal: the

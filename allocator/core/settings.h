@@ -53,9 +53,13 @@ struct Settings {
   // Events kept per device in the trace ring buffer (0: no trace).
   std::size_t trace = 0;
   // Snapshot files written when an allocation fails for lack of memory, and at exit ("" =
-  // none). "%p" expands to the process id.
+  // none). "%p" expands to the process id; in snapshot_on_oom "%n" expands to the
+  // out-of-memory error's number in the process, and without "%n" later ones get ".2", ".3"...
+  // before the extension (snapshot/snapshot_json.h, oom_snapshot_path).
   std::string snapshot_on_oom;
   std::string snapshot_at_exit;
+  // At most this many snapshot_on_oom files per process (0: no cap).
+  std::size_t snapshot_on_oom_max = 16;
 };
 
 }  // namespace cudalloc

@@ -49,6 +49,22 @@ bool shown(const Page& page) {
   return page.phys->owner == nullptr && page.phys->mappings.back() == &page;
 }
 
+// Appends the runs of pages [first, end) of `seg`, `page` bytes each, that agree on being
+// mapped and on where: one entry per run, in one pass over the pages.
+void append_page_runs(const Segment& seg, std::size_t first, std::size_t end, std::size_t page,
+                      std::vector<PageRun>& out) {
+  for (std::size_t k = first; k < end; ++k) {
+    const PhysicalPage* phys = seg.pages[k].phys;
+    const PageRun run{seg.base + k * page, page, phys != nullptr, phys != nullptr && phys->host};
+    if (!out.empty() && out.back().mapped == run.mapped && out.back().host == run.host &&
+        out.back().addr + out.back().size == run.addr) {
+      out.back().size += page;
+    } else {
+      out.push_back(run);
+    }
+  }
+}
+
 // Appends one SegmentState per run of shown pages of `seg`, with the blocks over the run
 // (free blocks clipped to it; blocks in use lie wholly within shown pages).
 template <typename Describe>
@@ -68,7 +84,8 @@ void paged_segment_state(const Segment& seg, device::StreamHandle stream, Descri
     s.size = (end - i) * page;
     s.stream = stream;
     s.paged = true;
-    for (std::size_t k = i; k < end; ++k) s.host_bytes += seg.pages[k].phys->host ? page : 0;
+    append_page_runs(seg, i, end, page, s.pages);
+    for (const PageRun& run : s.pages) s.host_bytes += run.host ? run.size : 0;
     while (b->addr + b->size <= s.base) b = b->next;
     for (; b != nullptr && b->addr < s.base + s.size; b = b->next) {
       if (b->state != Block::State::free) {
@@ -151,6 +168,7 @@ DeviceState DeviceAllocator::state() const {
         s.paused = seg->paused;
         s.host_bytes = seg->host_mapped * page;
         s.dropped_bytes = (seg->pages.size() - seg->mapped_pages) * page;
+        append_page_runs(*seg, 0, seg->pages.size(), page, s.pages);
       }
       for (const Block* b = seg->first; b != nullptr; b = b->next) describe(b, s.blocks, s);
       st.segments.push_back(std::move(s));

@@ -28,6 +28,15 @@ struct SlabState {
   std::size_t used = 0;
 };
 
+// A run of consecutive pages of a paged segment in one state: mapped to a physical page or
+// not, and where that page lies (host: a host-located page of the host tier).
+struct PageRun {
+  std::uintptr_t addr = 0;
+  std::size_t size = 0;
+  bool mapped = false;
+  bool host = false;  // mapped runs only
+};
+
 struct SegmentState {
   std::uintptr_t base = 0;
   std::size_t size = 0;
@@ -45,6 +54,10 @@ struct SegmentState {
   bool paused = false;
   std::size_t dropped_bytes = 0;
   std::vector<BlockState> blocks;  // address order, covering the segment
+  // Paged segments only (empty otherwise): runs covering the segment in address order, no
+  // two neighbours in the same state. A run of pages in use is mapped throughout (it is cut
+  // where a page is not), so only a region's segment has unmapped runs: its dropped pages.
+  std::vector<PageRun> pages;
   std::vector<SlabState> slabs;
 };
 

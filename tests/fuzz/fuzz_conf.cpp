@@ -50,6 +50,9 @@ void check_ranges(const Settings& s, std::string_view input) {
   }
   if (s.slab_keep > 1024) violation("slab_keep out of range", input);
   if (s.trace > (std::size_t{1} << 28)) violation("trace out of range", input);
+  if (s.snapshot_on_oom_max > (std::size_t{1} << 20)) {
+    violation("snapshot_on_oom_max out of range", input);
+  }
 }
 
 void fuzz_conf(std::string_view input) {

@@ -7,7 +7,8 @@
 //   preload_test answers   NULL, 0, foreign and huge arguments get the answers CUDA gives on
 //                          an H200, and failures are left for cudaGetLastError
 //   preload_test fork      fork() while threads allocate: every child can allocate
-//   preload_test oom PATH  an allocation past the limit fails and snapshot_on_oom wrote PATH
+//   preload_test oom PATH  two allocations past the limit fail (runtime and driver), and
+//                          snapshot_on_oom wrote PATH and PATH with .2 before .json for them
 //   preload_test ipc       CUDA IPC of paged memory through the runtime and the driver
 //   preload_test hidden_runtime  a runtime linked into the program is noticed
 //   preload_test regions   cudaMalloc inside a region of the preloaded C API: pause keeps or
@@ -24,7 +25,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "capi/fork_while_allocating.h"
 #include "capi/pidfd_probe.h"
@@ -488,6 +493,44 @@ void region_paths() {
             cudaFree(outside) == cudaSuccess, "regions: frees");
 }
 
+// The request recorded in the snapshot at `path` ("oom" in its cudalloc section).
+nlohmann::json recorded_request(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, false);
+  if (!doc.is_object() || !doc.contains("cudalloc")) return {};
+  return doc["cudalloc"].value("oom", nlohmann::json());
+}
+
+// Two allocations past the limit, through the runtime and through the driver: snapshot_on_oom
+// writes PATH (ending in .json) for the first and PATH with .2 before .json for the second,
+// each recording its request.
+void oom_snapshots(const std::string& path) {
+  const std::string second = path.substr(0, path.size() - 5) + ".2.json";
+  std::remove(path.c_str());
+  std::remove(second.c_str());
+  void* p = nullptr;
+  check(cudaMalloc(&p, std::size_t{1} << 30) == cudaErrorMemoryAllocation,
+        "oom: an allocation past the limit fails");
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW);
+  auto mem_alloc = lib ? reinterpret_cast<CUresult (*)(CUdeviceptr*, std::size_t)>(
+                             dlsym(lib, "cuMemAlloc_v2")) : nullptr;
+  CUdeviceptr d = 0;
+  check(mem_alloc && mem_alloc(&d, std::size_t{768} << 20) == CUDA_ERROR_OUT_OF_MEMORY,
+        "oom: a driver allocation past the limit fails");
+  const nlohmann::json first = recorded_request(path);
+  check(first.is_object() && first.value("sequence", 0) == 1 &&
+            first.value("size", std::size_t{0}) == std::size_t{1} << 30,
+        "oom: snapshot_on_oom wrote the first snapshot, with its request, under LD_PRELOAD");
+  const nlohmann::json next = recorded_request(second);
+  check(next.is_object() && next.value("sequence", 0) == 2 &&
+            next.value("size", std::size_t{0}) == std::size_t{768} << 20,
+        "oom: the second error wrote a second file, with its own request");
+  std::remove(path.c_str());
+  std::remove(second.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -503,16 +546,7 @@ int main(int argc, char** argv) {
         [](void* p) { return cudaFree(p) == cudaSuccess; });
     check(failed == 0, "every child forked while threads allocate can allocate");
   } else if (mode == "oom" && argc > 2) {
-    std::remove(argv[2]);
-    void* p = nullptr;
-    check(cudaMalloc(&p, std::size_t{1} << 30) == cudaErrorMemoryAllocation,
-          "oom: an allocation past the limit fails");
-    FILE* f = std::fopen(argv[2], "r");
-    char head[16] = {};
-    check(f != nullptr && std::fread(head, 1, sizeof head - 1, f) > 0 && head[0] == '{',
-          "oom: snapshot_on_oom wrote the snapshot under LD_PRELOAD");
-    if (f != nullptr) std::fclose(f);
-    std::remove(argv[2]);
+    oom_snapshots(argv[2]);
   } else if (mode == "hidden_runtime") {
     hidden_runtime();
     auto validate = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "cudalloc_validate"));

@@ -64,6 +64,36 @@ struct Harness {
 
 inline std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
+// The page runs of every paged segment of `st` against the fake device's own mappings: they
+// tile the segment in address order, no two neighbours agree, and each page of a run is
+// mapped, and on the device or the host, as the run says. Returns the bytes of mapped runs.
+inline std::size_t check_page_runs(const Harness& h, const DeviceState& st,
+                                   std::size_t page = 2 * MiB) {
+  std::size_t mapped = 0;
+  for (const SegmentState& s : st.segments) {
+    if (!s.paged) {
+      CHECK(s.pages.empty());
+      continue;
+    }
+    REQUIRE_FALSE(s.pages.empty());
+    std::uintptr_t at = s.base;
+    for (std::size_t i = 0; i < s.pages.size(); ++i) {
+      const PageRun& run = s.pages[i];
+      REQUIRE(run.addr == at);
+      if (i > 0) CHECK((run.mapped != s.pages[i - 1].mapped || run.host != s.pages[i - 1].host));
+      for (std::uintptr_t va = run.addr; va < run.addr + run.size; va += page) {
+        device::Location where = device::Location::device;
+        CHECK(h.fake.location_of(va, &where) == run.mapped);
+        if (run.mapped) CHECK((where == device::Location::host) == run.host);
+      }
+      mapped += run.mapped ? run.size : 0;
+      at += run.size;
+    }
+    CHECK(at == s.base + s.size);
+  }
+  return mapped;
+}
+
 // A byte pattern that differs per position and per allocation (seed), and its check.
 inline void fill_pattern(void* p, std::size_t n, unsigned seed) {
   auto* bytes = static_cast<unsigned char*>(p);

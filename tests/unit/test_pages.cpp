@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "snapshot/snapshot_json.h"
 
 using namespace cudalloc;
 using namespace cudalloc::test;
@@ -260,4 +261,52 @@ TEST_CASE("a snapshot shows runs of pages in use, adding up to reserved memory",
   CHECK(static_cast<std::int64_t>(shown) == h.stats().reserved_bytes.current);
   h.put(b);
   h.put(far);
+}
+
+TEST_CASE("a snapshot lists each paged segment's pages as runs of one state", "[pages][snapshot]") {
+  Settings s = paged();
+  s.offload = Offload::host;
+  Harness h(s);
+  void* a = h.get(kPage);  // pages 0, 1, 2
+  void* b = h.get(kPage);
+  void* c = h.get(kPage);
+  REQUIRE(h.alloc->offload(b, 0) == Error::ok);
+  h.check();
+  DeviceState st = h.alloc->state();
+  check_page_runs(h, st);
+  REQUIRE(st.segments.size() == 1);
+  const std::vector<PageRun>& runs = st.segments[0].pages;
+  REQUIRE(runs.size() == 3);  // device, host, device: one entry per run, not per page
+  CHECK((runs[0].size == kPage && runs[0].mapped && !runs[0].host));
+  CHECK((runs[1].addr == addr(b) && runs[1].size == kPage && runs[1].mapped && runs[1].host));
+  CHECK((runs[2].size == kPage && runs[2].mapped && !runs[2].host));
+  CHECK(st.segments[0].host_bytes == kPage);
+
+  // The snapshot's segment says the same, with the location of each mapped run.
+  const nlohmann::json doc = snapshot::snapshot_json({st}, "");
+  const nlohmann::json& pages = doc["segments"][0]["pages"];
+  REQUIRE(pages.size() == 3);
+  std::uint64_t total = 0;
+  for (const nlohmann::json& run : pages) {
+    CHECK(run["mapped"] == true);
+    total += run["size"].get<std::uint64_t>();
+  }
+  CHECK(total == doc["segments"][0]["total_size"]);
+  CHECK(pages[0]["location"] == "device");
+  CHECK(pages[1]["location"] == "host");
+  CHECK(pages[1]["address"] == addr(b));
+
+  // b's page, freed and released, is unmapped: the segment is cut there, into two runs of
+  // pages in use, each one device-located run.
+  h.put(b);
+  REQUIRE(h.alloc->empty_cache() == Error::ok);
+  st = h.alloc->state();
+  CHECK(check_page_runs(h, st) == static_cast<std::size_t>(h.stats().mapped_bytes.current));
+  REQUIRE(st.segments.size() == 2);
+  for (const SegmentState& seg : st.segments) {
+    REQUIRE(seg.pages.size() == 1);
+    CHECK((seg.pages[0].mapped && !seg.pages[0].host && seg.pages[0].size == seg.size));
+  }
+  h.put(a);
+  h.put(c);
 }

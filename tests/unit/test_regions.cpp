@@ -263,6 +263,38 @@ TEST_CASE("pause without keep drops the pages: unmapped while paused, zero after
   for (const Buffer& b : bufs) h.put(b.ptr);
 }
 
+TEST_CASE("a region's segments list their pages: dropped ones unmapped, kept ones on the host",
+          "[regions][snapshot]") {
+  Harness h;
+  const RegionId r = region("test-page-runs");
+  const auto bufs = fill_region(h, r, {6 * MiB, 300 * KiB});
+  // Each run's size per state, over the region's segments.
+  auto runs_of = [&](bool mapped, bool host) {
+    const DeviceState st = h.alloc->state();
+    check_page_runs(h, st);
+    std::size_t bytes = 0;
+    for (const SegmentState& seg : st.segments) {
+      for (const PageRun& run : seg.pages) {
+        bytes += seg.region == "test-page-runs" && run.mapped == mapped && run.host == host
+                     ? run.size : 0;
+      }
+    }
+    return bytes;
+  };
+  const std::size_t held = runs_of(true, false);
+  CHECK(held == residency(h, r).device);
+  REQUIRE(pause(h, r, true) == Error::ok);
+  CHECK(runs_of(true, true) == held);
+  CHECK(runs_of(true, true) == residency(h, r).host);
+  REQUIRE(resume(h, r) == Error::ok);
+  REQUIRE(pause(h, r, false) == Error::ok);
+  CHECK(runs_of(false, false) == held);  // every page dropped: unmapped
+  CHECK(runs_of(true, false) + runs_of(true, true) == 0);
+  REQUIRE(resume(h, r) == Error::ok);
+  CHECK(runs_of(true, false) == held);
+  for (const Buffer& b : bufs) h.put(b.ptr);
+}
+
 TEST_CASE("a paused region refuses new allocations and accepts frees", "[regions]") {
   Harness h;
   const RegionId r = region("test-refuse");

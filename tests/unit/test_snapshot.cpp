@@ -148,4 +148,23 @@ TEST_CASE("%p in snapshot paths is the process id", "[snapshot]") {
   CHECK(snapshot::expand_path("/tmp/s_%p.json") ==
         "/tmp/s_" + std::to_string(::getpid()) + ".json");
   CHECK(snapshot::expand_path("plain%") == "plain%");
+  CHECK(snapshot::expand_path("keep_%n.json") == "keep_%n.json");  // %n: OOM snapshots only
+}
+
+TEST_CASE("out-of-memory snapshots get one file name per error", "[snapshot]") {
+  using snapshot::oom_snapshot_path;
+  const std::string pid = std::to_string(::getpid());
+  CHECK(oom_snapshot_path("/tmp/oom.json", 1) == "/tmp/oom.json");
+  CHECK(oom_snapshot_path("/tmp/oom.json", 2) == "/tmp/oom.2.json");
+  CHECK(oom_snapshot_path("/tmp/oom.json", 17) == "/tmp/oom.17.json");
+  CHECK(oom_snapshot_path("/tmp/oom.json.gz", 3) == "/tmp/oom.3.json.gz");
+  CHECK(oom_snapshot_path("/tmp/oom.gz", 3) == "/tmp/oom.3.gz");
+  CHECK(oom_snapshot_path("oom", 2) == "oom.2");
+  CHECK(oom_snapshot_path("/tmp/dir.d/oom", 2) == "/tmp/dir.d/oom.2");  // no extension
+  CHECK(oom_snapshot_path("/tmp/.oom", 2) == "/tmp/.oom.2");            // nor here
+  CHECK(oom_snapshot_path("/tmp/oom_%p.json", 2) == "/tmp/oom_" + pid + ".2.json");
+  // With %n every name carries the number, the first one's too, and nothing is inserted.
+  CHECK(oom_snapshot_path("/tmp/oom_%n.json", 1) == "/tmp/oom_1.json");
+  CHECK(oom_snapshot_path("/tmp/oom_%p_%n.json", 12) == "/tmp/oom_" + pid + "_12.json");
+  CHECK(oom_snapshot_path("/tmp/%n/oom.json", 3) == "/tmp/3/oom.json");
 }
