@@ -106,7 +106,7 @@ json trace_json(const DeviceState& d) {
 
 json settings_json(const Settings& settings) {
   json out = json::object();
-  for (const Option& o : options()) out[o.key] = o.get(settings);
+  for (const Option& o : options()) out[o.key] = o.value(settings);  // numbers, for machines
   return out;
 }
 

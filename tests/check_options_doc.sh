@@ -10,4 +10,8 @@ fi
 while IFS= read -r line; do
   grep -qxF -- "$line" "$doc" || { echo "FAIL: missing or stale row in $doc: $line"; exit 1; }
 done <<< "$expected"
+# Sizes are for people: in binary units (256 KiB), never a raw byte count (0, no cap, aside).
+if raw=$(grep -E '^\| `[a-z_]+` \| bytes \| `[0-9]+` \|' <<< "$expected" | grep -vF '| `0` |'); then
+  echo "FAIL: a size default is a raw byte count, not in binary units: $raw"; exit 1
+fi
 echo "ok: $doc matches the options table"

@@ -36,7 +36,8 @@ bool set_bytes(Settings& s, std::string_view text, std::string* why) {
   std::size_t v = 0;
   if (!parse_bytes(text, &v)) return *why = "expected a size such as 512K, 64M or 8G", false;
   if (v < Min || v > Max) {
-    return *why = "must be between " + format_bytes(Min) + " and " + format_bytes(Max), false;
+    return *why = "expected a size from " + format_bytes_exact(Min) + " to " +
+                  format_bytes_exact(Max), false;
   }
   s.*Field = v;
   return true;
@@ -61,7 +62,7 @@ bool set_count(Settings& s, std::string_view text, std::string* why) {
 bool set_fraction(Settings& s, std::string_view text, std::string* why) {
   double v = 0;
   if (!parse_double(text, &v) || !(v > 0.0 && v <= 1.0)) {
-    return *why = "expected a number in (0, 1]", false;
+    return *why = "expected a number in (0, 1], such as 0.5", false;
   }
   s.fraction = v;
   return true;
@@ -76,7 +77,7 @@ template <double Settings::*Field>
 bool set_share(Settings& s, std::string_view text, std::string* why) {
   double v = 0;
   if (!parse_double(text, &v) || !(v >= 0.0 && v <= 1.0)) {
-    return *why = "expected a number in [0, 1]", false;
+    return *why = "expected a number in [0, 1], such as 0.05", false;
   }
   s.*Field = v;
   return true;
@@ -213,6 +214,15 @@ std::span<const Option> options() {
   return kTable;
 }
 
+std::string Option::get(const Settings& settings) const {
+  std::string text = value(settings);
+  if (type != OptionType::bytes) return text;
+  std::size_t bytes = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), bytes);
+  const bool number = ec == std::errc() && end == text.data() + text.size();
+  return number && bytes != 0 ? format_bytes_exact(bytes) : text;
+}
+
 const char* option_type_name(OptionType type) {
   switch (type) {
     case OptionType::bytes: return "bytes";
@@ -224,6 +234,21 @@ const char* option_type_name(OptionType type) {
   }
   return "?";
 }
+
+namespace {
+
+// The warning for `text`, which option `o` refused for reason `why`: the key, what was expected
+// and the value kept in `settings` (the default, or what an earlier item set), in human units.
+std::string bad_value(const Option& o, std::string_view text, const std::string& why,
+                      const Settings& settings) {
+  const bool is_default = o.value(settings) == o.value(Settings{});
+  const std::string kept = o.get(settings);
+  return "CUDALLOC_CONF: bad value '" + echo(text) + "' for key '" + o.key + "': " + why +
+         "; keeping " + (is_default ? "the default, " : "") +
+         (kept.empty() ? "none" : echo(kept)) + (is_default ? "" : ", set earlier");
+}
+
+}  // namespace
 
 std::vector<std::string> parse_conf(std::string_view conf, Settings* settings) {
   std::vector<std::string> warnings;
@@ -251,8 +276,7 @@ std::vector<std::string> parse_conf(std::string_view conf, Settings* settings) {
     }
     std::string why;
     if (!it->set(*settings, value, &why)) {
-      warnings.push_back("CUDALLOC_CONF: bad value '" + echo(value) + "' for key '" + key +
-                         "': " + why + "; keeping " + echo(it->get(*settings)));
+      warnings.push_back(bad_value(*it, value, why, *settings));
     }
   }
   return warnings;

@@ -23,7 +23,13 @@ struct Option {
   const char* help;
   // Returns false (and says why in *why) if `text` is not a valid value; else stores it.
   bool (*set)(Settings& settings, std::string_view text, std::string* why);
-  std::string (*get)(const Settings& settings);
+  // The value for machines, as snapshots record it: sizes and counts as decimal numbers
+  // ("262144"), fractions as "%g", booleans as true/false, paths as given. set() takes it back.
+  std::string (*value)(const Settings& settings);
+  // The value for people (cudalloc options, the reference, warnings): sizes in binary units,
+  // exactly ("256 KiB", "1.5 GiB"; 0, which means no cap, stays "0"), anything else as
+  // value(). set() takes it back too.
+  std::string get(const Settings& settings) const;
 };
 
 // A static table without a destructor, so it stays valid in exit-time handlers.

@@ -15,7 +15,7 @@ bool unit_shift(std::string_view unit, int* shift) {
   if (u.size() > 1 && u.back() == 'b') u.pop_back();     // "kb", "mib", "b"
   if (u.size() > 1 && u.back() == 'i') u.pop_back();     // "mi" -> "m"
   static constexpr struct { const char* name; int shift; } kUnits[] = {
-      {"", 0}, {"b", 0}, {"k", 10}, {"m", 20}, {"g", 30}, {"t", 40}};
+      {"", 0}, {"b", 0}, {"k", 10}, {"m", 20}, {"g", 30}, {"t", 40}, {"p", 50}, {"e", 60}};
   for (const auto& entry : kUnits) {
     if (u == entry.name) {
       *shift = entry.shift;
@@ -25,11 +25,16 @@ bool unit_shift(std::string_view unit, int* shift) {
   return false;
 }
 
+std::string_view trimmed(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
 }  // namespace
 
 bool parse_bytes(std::string_view text, std::size_t* bytes) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  text = trimmed(text);
   std::size_t digits = 0;
   while (digits < text.size() &&
          (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) {
@@ -37,7 +42,7 @@ bool parse_bytes(std::string_view text, std::size_t* bytes) {
   }
   if (digits == 0) return false;
   int shift = 0;
-  if (!unit_shift(text.substr(digits), &shift)) return false;
+  if (!unit_shift(trimmed(text.substr(digits)), &shift)) return false;
   const std::string number(text.substr(0, digits));
   char* end = nullptr;
   const double value = std::strtod(number.c_str(), &end);
@@ -60,6 +65,19 @@ std::string format_bytes(std::size_t bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.2f %s", value, kUnits[unit]);
   return text;
+}
+
+std::string format_bytes_exact(std::size_t bytes) {
+  static constexpr struct { const char* name; int shift; } kUnits[] = {
+      {"EiB", 60}, {"PiB", 50}, {"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}};
+  static constexpr const char* kQuarters[] = {"", ".25", ".5", ".75"};
+  for (const auto& unit : kUnits) {
+    const std::size_t size = std::size_t{1} << unit.shift;
+    const std::size_t quarter = size / 4;
+    if (bytes < size || bytes % quarter != 0) continue;
+    return std::to_string(bytes / size) + kQuarters[bytes % size / quarter] + " " + unit.name;
+  }
+  return std::to_string(bytes) + " B";
 }
 
 }  // namespace cudalloc

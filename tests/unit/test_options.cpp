@@ -42,6 +42,33 @@ TEST_CASE("bad CUDALLOC_CONF input warns with the key and keeps the default", "[
   }
 }
 
+TEST_CASE("a bad value's warning says what was expected and what is kept, in human units",
+          "[options]") {
+  struct Case {
+    const char* conf;
+    const char* expect;
+  };
+  for (const Case& c :
+       {Case{"limit:lots", "bad value 'lots' for key 'limit': expected a size such as 512K, "
+                           "64M or 8G; keeping the default, 0"},
+        Case{"slab_max:4M", "for key 'slab_max': expected a size from 256 B to 1 MiB; keeping "
+                            "the default, 256 KiB"},
+        Case{"large_segment:1M", "expected a size from 2 MiB to 1 EiB"},
+        Case{"large_segment:x", "keeping the default, 20 MiB"},
+        Case{"limit:2G,limit:lots", "keeping 2 GiB, set earlier"},
+        Case{"fraction:2", "expected a number in (0, 1], such as 0.5; keeping the default, 1"},
+        Case{"snapshot_on_oom_max:-1", "expected a whole number from 0 to 1048576; keeping the "
+                                       "default, 16"},
+        Case{"snapshot_on_oom:", "expected a file path; keeping the default, none"}}) {
+    INFO(c.conf);
+    Settings s;
+    const auto warnings = parse_conf(c.conf, &s);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find(c.expect) != std::string::npos);
+    INFO(warnings[0]);
+  }
+}
+
 TEST_CASE("good keys still apply next to bad ones; empty items are ignored", "[options]") {
   Settings s;
   const auto warnings = parse_conf(",,limit:1G,,bogus:1,fraction:abc,", &s);
@@ -53,7 +80,42 @@ TEST_CASE("good keys still apply next to bad ones; empty items are ignored", "[o
 TEST_CASE("the options reference lists every key with its default", "[options]") {
   const std::string md = options_markdown();
   for (const Option& o : options()) CHECK(md.find(std::string("`") + o.key + "`") != std::string::npos);
-  CHECK(md.find("| `limit` | bytes | `0` |") != std::string::npos);
+  CHECK(md.find("| `limit` | bytes | `0` |") != std::string::npos);  // 0: no cap
+  CHECK(md.find("| `slab_max` | bytes | `256 KiB` |") != std::string::npos);
+  CHECK(md.find("| `large_segment` | bytes | `20 MiB` |") != std::string::npos);
+  CHECK(md.find("| `snapshot_on_oom_max` | count | `16` |") != std::string::npos);
+  CHECK(md.find("262144") == std::string::npos);
+}
+
+TEST_CASE("option values: human units for people, numbers for machines, both read back",
+          "[options]") {
+  Settings s;
+  REQUIRE(parse_conf("limit:1536M,slab_max:1000,host_limit:40G", &s).empty());
+  auto option = [](const char* key) {
+    for (const Option& o : options()) {
+      if (std::string(o.key) == key) return o;
+    }
+    FAIL("no option " << key);
+    return options()[0];
+  };
+  CHECK(option("limit").get(s) == "1.5 GiB");
+  CHECK(option("limit").value(s) == "1610612736");
+  CHECK(option("slab_max").get(s) == "1000 B");
+  CHECK(option("host_limit").get(s) == "40 GiB");
+  CHECK(option("trace").get(s) == "0");
+  CHECK(option("fraction").get(s) == option("fraction").value(s));
+  // Every value, as a person reads it and as a machine does, gives the same settings back.
+  for (const bool human : {true, false}) {
+    std::string conf;
+    for (const Option& o : options()) {
+      const std::string v = human ? o.get(s) : o.value(s);
+      if (!v.empty()) conf += (conf.empty() ? "" : ",") + std::string(o.key) + ":" + v;
+    }
+    Settings again;
+    INFO(conf);
+    CHECK(parse_conf(conf, &again).empty());
+    for (const Option& o : options()) CHECK(o.value(again) == o.value(s));
+  }
 }
 
 TEST_CASE("huge user text is echoed truncated in warnings", "[options]") {

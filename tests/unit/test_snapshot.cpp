@@ -74,6 +74,9 @@ TEST_CASE("a snapshot describes segments, blocks and slab objects in PyTorch's s
   CHECK(found_b);
   CHECK(doc["cudalloc"]["devices"][0]["slabs"].size() == 1);
   CHECK(doc["allocator_settings"]["trace"] == "100");
+  // Settings stay numbers for machines (the viewer reads them); people get units elsewhere.
+  CHECK(doc["allocator_settings"]["slab_max"] == "262144");
+  CHECK(doc["cudalloc"]["settings"]["large_segment"] == "20971520");
   CHECK(doc["cudalloc"]["schema_version"] == snapshot::kSchemaVersion);
   // Trace: alloc x4, segment_alloc x3, free_requested x2, free_completed x1 (a).
   const json& trace = doc["device_traces"][0];
