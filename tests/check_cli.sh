@@ -180,6 +180,17 @@ expect 0 "largest live at peak live \(event 53\):" "$cli" inspect "$frames"
 expect 0 "largest live at out of memory \(event 54\):" "$cli" inspect "$frames"
 expect 0 "0x7f0000000000 +64.00 MiB  linear_init \(/home/user/project/model.py:41\)" "$cli" inspect "$frames"
 expect 0 "free: 752.00 MiB in 1 block," "$cli" inspect "$frames"
+# A snapshot written by snapshot_on_oom names the failed request (cudalloc.oom): inspect says so.
+python3 - "$frames" "$dir/written_at_oom.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+doc["cudalloc"] = {"oom": {"device": 0, "size": 512 << 20, "stream": 7, "sequence": 2,
+                           "device_free": 100 << 20, "message": "out of memory: 512 MiB"}}
+json.dump(doc, open(sys.argv[2], "w"))
+PY
+expect 0 "written at out-of-memory error 2 of the process: 512.00 MiB on device 0, stream 0x7, failed, device free 100.00 MiB: out of memory: 512 MiB" \
+  "$cli" inspect "$dir/written_at_oom.json"
+expect 0 '"written_at_oom"' "$cli" inspect --json "$dir/written_at_oom.json"
 expect 0 "" bash -c "'$cli' inspect --json '$frames' | python3 -c '
 import json, sys
 m = json.load(sys.stdin)[0][\"moments\"]

@@ -124,6 +124,16 @@ interact "$out/optional_fields.html" streams "$out/streams.png"
 # A PyTorch snapshot whose allocs carry frames: who holds memory at each moment, the bands.
 "$cli" view "$frames_fixture" -o "$out/frames.html" >/dev/null || fail "view $frames_fixture"
 interact "$out/frames.html" who_holds,bands "$out/who_holds.png"
+# The same, as snapshot_on_oom writes it: the page names the failed request at the top.
+python3 - "$frames_fixture" "$out/written_at_oom.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+doc["cudalloc"] = {"oom": {"device": 0, "size": 512 << 20, "stream": 7, "sequence": 2,
+                           "device_free": 100 << 20, "message": "out of memory: 512 MiB"}}
+json.dump(doc, open(sys.argv[2], "w"))
+PY
+"$cli" view "$out/written_at_oom.json" -o "$out/written_at_oom.html" >/dev/null || fail "view written_at_oom.json"
+interact "$out/written_at_oom.html" written_at_oom "$out/written_at_oom.png"
 
 echo "$failures failure(s)"
 if [ "$failures" -ne 0 ]; then

@@ -227,6 +227,12 @@
       expect(native && /GiB/.test(native.children[1].textContent) && Number(native.children[2].textContent) >= 1,
              "PyTorch native's peak and ratio: " + (native ? native.textContent : "none"));
     },
+    // A snapshot written by snapshot_on_oom: the failed request is named at the top.
+    written_at_oom() {
+      const box = document.querySelector(".written-at-oom");
+      expect(box && /512.00 MiB on device 0, stream 0x7/.test(box.textContent) && /error 2 of the process/.test(box.textContent) &&
+             /100.00 MiB of the device free/.test(box.textContent), "the page names the failed request: " + (box ? box.textContent : "no banner"));
+    },
     // One settings table: every key once, byte options in human units.
     settings() {
       const rows = Array.from(document.querySelectorAll("#settings-table tr")).slice(1);
@@ -235,7 +241,7 @@
              "one settings table with " + rows.length + " rows");
       expect(new Set(keys).size === keys.length, "each setting is listed once");
       const big = rows.find((r) => r.children[0].textContent === "large_segment");
-      expect(big && /^20(\.00)? MiB$/.test(big.children[1].textContent) && /20971520/.test(big.children[1].title),
+      expect(big && big.children[1].textContent === "20 MiB" && /20971520/.test(big.children[1].title),
              "large_segment reads 20 MiB (" + (big ? big.children[1].textContent : "absent") + ")");
     },
     // A block far smaller than a row's pixel is still drawn in its colour.

@@ -154,6 +154,29 @@ std::string segment_map(const json& seg, int width) {
   return out;
 }
 
+// A snapshot written by snapshot_on_oom names the request that failed (cudalloc.oom), or null.
+const json* written_at_oom(const json& doc) {
+  auto c = doc.find("cudalloc");
+  if (c == doc.end() || !c->is_object()) return nullptr;
+  auto oom = c->find("oom");
+  return oom != c->end() && oom->is_object() ? &*oom : nullptr;
+}
+
+void print_written_at_oom(const json& doc) {
+  const json* found = written_at_oom(doc);
+  if (found == nullptr) return;
+  const json& oom = *found;
+  std::string extra;
+  if (oom.contains("device_free")) extra += ", device free " + format_bytes(u64(oom, "device_free"));
+  if (const std::string m = oom.value("message", std::string()); !m.empty()) extra += ": " + m;
+  std::printf("written at out-of-memory error %llu of the process: %s on device %llu, stream "
+              "%#llx, failed%s\n",
+              static_cast<unsigned long long>(u64(oom, "sequence")),
+              format_bytes(u64(oom, "size")).c_str(),
+              static_cast<unsigned long long>(u64(oom, "device")),
+              static_cast<unsigned long long>(u64(oom, "stream")), extra.c_str());
+}
+
 void print_device(int device, const DeviceSummary& d, std::uint64_t size, std::size_t top,
                   int width) {
   const auto fb = [](std::uint64_t v) { return format_bytes(v); };
@@ -298,11 +321,18 @@ int inspect_command(const Args& args) {
   add_trace_facts(snap, &devices);
   if (as_json) {
     json out = json::array();
-    for (const auto& [device, d] : devices) out.push_back(device_json(device, d, size));
+    const json* oom = written_at_oom(doc);
+    for (const auto& [device, d] : devices) {
+      out.push_back(device_json(device, d, size));
+      if (oom != nullptr && u64(*oom, "device") == std::uint64_t(device)) {
+        out.back()["written_at_oom"] = *oom;
+      }
+    }
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
   if (devices.empty()) std::printf("no segments: nothing is reserved\n");
+  print_written_at_oom(snap.doc);
   for (const auto& [device, d] : devices) print_device(device, d, size, top, width);
   if (doc.contains("cudalloc")) {
     std::printf("cudalloc %s, CUDALLOC_CONF='%s'\n", doc["cudalloc"].value("version", "?").c_str(),

@@ -1,6 +1,8 @@
 // `cudalloc options [--markdown] [--conf CONF]`: the configuration reference, generated from
 // the options table, and a check of a CUDALLOC_CONF string.
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "api/options.h"
 #include "cli/commands.h"
@@ -42,8 +44,10 @@ int options_command(const Args& args) {
     std::fputs(options_markdown().c_str(), stdout);
     return 0;
   }
+  int width = 0;  // the longest key, so that every row lines up
+  for (const Option& o : options()) width = std::max(width, int(std::strlen(o.key)));
   for (const Option& o : options()) {
-    std::printf("%-14s %-9s default %-12s %s\n", o.key, option_type_name(o.type),
+    std::printf("%-*s %-9s default %-12s %s\n", width, o.key, option_type_name(o.type),
                 o.get(settings).c_str(), o.help);
   }
   return 0;

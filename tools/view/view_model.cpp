@@ -1,12 +1,10 @@
 #include "view/view_model.h"
 
 #include <algorithm>
-#include <charconv>
 #include <map>
 #include <set>
 
 #include "api/options.h"
-#include "util/units.h"
 #include "view/bands.h"
 #include "view/event_history.h"
 #include "view/live_moments.h"
@@ -157,17 +155,16 @@ json device_json(const snapshot::LoadedSnapshot& snap, int device,
           {"fragmentation", fragmentation(timeline, summary, info)}};
 }
 
-// A setting's value as a person reads it: byte options in binary units ("20 MiB"), the rest
-// as recorded.
+// A setting's value as a person reads it: a cudalloc option's value through the options
+// table (its set() reads the recorded value, its get() writes it as `cudalloc options` does:
+// sizes in binary units); anything else, or a value the table refuses, as recorded.
 std::string shown_value(const std::string& key, const json& value) {
   const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
   for (const Option& o : options()) {
-    if (key != o.key || o.type != OptionType::bytes) continue;
-    std::uint64_t bytes = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), bytes);
-    if (ec == std::errc() && end == text.data() + text.size() && bytes > 0) {
-      return format_bytes(bytes);
-    }
+    if (key != o.key) continue;
+    Settings settings;
+    std::string why;
+    return o.set(settings, text, &why) ? o.get(settings) : text;
   }
   return text;
 }
@@ -227,6 +224,11 @@ json view_model(const snapshot::LoadedSnapshot& snap, const std::string& source,
               {"settings", settings_json(snap.doc)},
               {"devices", json::array()}};
   if (auto meta = snap.doc.find("meta"); meta != snap.doc.end()) out["meta"] = *meta;
+  // Written by snapshot_on_oom: the request that failed (docs/snapshots.md).
+  if (auto c = snap.doc.find("cudalloc"); c != snap.doc.end() && c->is_object() &&
+                                          c->contains("oom") && (*c)["oom"].is_object()) {
+    out["written_at_oom"] = (*c)["oom"];
+  }
   for (int device : devices) {
     out["devices"].push_back(device_json(snap, device, by_device[device], limits));
   }

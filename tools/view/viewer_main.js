@@ -214,6 +214,18 @@ function renderDevice(device, container) {
   return (timeline ? 1 : 0) + (map ? 1 : 0) + (bands ? 1 : 0) + (frag ? 1 : 0);
 }
 
+// A snapshot written by snapshot_on_oom says which request failed.
+function writtenAtOom(oom) {
+  let text = "Written when an allocation failed for lack of memory (error " + formatCount(oom.sequence || 0) +
+             " of the process): " + formatBytes(oom.size) + " on device " + oom.device + ", stream 0x" +
+             Number(oom.stream || 0).toString(16);
+  if (oom.device_free !== undefined) text += ", with " + formatBytes(oom.device_free) + " of the device free";
+  text += ".";
+  const box = element("p", { class: "warning written-at-oom" }, text);
+  if (oom.message) box.append(element("br"), element("span", { class: "mono" }, oom.message));
+  return box;
+}
+
 // One table: each setting once, its value in human units, and where PyTorch's
 // allocator_settings hold keys cudalloc's settings do not, those below them.
 function renderSettings(settings) {
@@ -250,6 +262,7 @@ function main() {
   let source = model.source + " (" + model.format + ", " + formatCount(model.trace_events) + " trace events)";
   if (model.meta && model.meta.workload) source += ", workload " + model.meta.workload;
   document.getElementById("source").textContent = source;
+  if (model.written_at_oom) document.getElementById("errors").before(writtenAtOom(model.written_at_oom));
   const container = document.getElementById("devices");
   let drawn = 0;
   for (const device of model.devices) drawn += renderDevice(device, container);
