@@ -123,7 +123,7 @@ interact "$out/cut_trace.html" incomplete,oom,small_blocks "$out/cut_trace.png"
 interact "$out/optional_fields.html" streams "$out/streams.png"
 # A PyTorch snapshot whose allocs carry frames: who holds memory at each moment, the bands.
 "$cli" view "$frames_fixture" -o "$out/frames.html" >/dev/null || fail "view $frames_fixture"
-interact "$out/frames.html" who_holds,bands "$out/who_holds.png"
+interact "$out/frames.html" bands,who_holds "$out/who_holds.png"
 # The same, as snapshot_on_oom writes it: the page names the failed request at the top.
 python3 - "$frames_fixture" "$out/written_at_oom.json" <<'PY'
 import json, sys

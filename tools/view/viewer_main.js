@@ -199,7 +199,7 @@ function renderDevice(device, container) {
   const bandsBox = panel("Allocations over the trace");
   const fragBox = panel("Fragmentation and page maps over the trace");
   const mapBody = element("div");
-  section.append(timelineBox, bandsBox, fragBox, whoHoldsPanel(device), panel("Segment map", mapBody),
+  section.append(timelineBox, whoHoldsPanel(device), bandsBox, fragBox, panel("Segment map", mapBody),
                  topAllocationsPanel(device));
   const timeline = renderTimeline(timelineBox, device.timeline, device.trace);
   const bands = timeline ? renderBands(bandsBox, device.bands, device.timeline) : null;
