@@ -10,6 +10,7 @@
 #include "view/bands.h"
 #include "view/flame.h"
 #include "view/live_moments.h"
+#include "view/segment_map.h"
 #include "view/timeline.h"
 
 using namespace cudalloc;
@@ -181,4 +182,20 @@ TEST_CASE("timeline: page maps and unmaps are counted per bucket", "[view]") {
   CHECK(maps == 2);
   CHECK(unmaps == 1);
   CHECK(t.maps[0] == 2);
+}
+
+TEST_CASE("segment map: pages keep whether they are mapped and where", "[view]") {
+  const json seg = {{"address", 0x1000000}, {"total_size", 6 << 20}, {"stream", 0},
+                    {"blocks", json::array()},
+                    {"pages", {{{"address", 0x1000000}, {"size", 2 << 20}, {"mapped", true},
+                                {"location", "device"}},
+                               {{"address", 0x1200000}, {"size", 2 << 20}, {"mapped", true},
+                                {"location", "host"}},
+                               {{"address", 0x1400000}, {"size", 2 << 20}, {"mapped", false}}}}};
+  const json map = segment_map_json({&seg}, {}, 100);
+  const json& pages = map["segments"][0]["pages"];
+  REQUIRE(pages.size() == 3);
+  CHECK(pages[0] == json({0, 2 << 20, 1}));
+  CHECK(pages[1] == json({2 << 20, 2 << 20, 2}));  // host-located
+  CHECK(pages[2] == json({4 << 20, 2 << 20, 0}));
 }

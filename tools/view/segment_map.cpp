@@ -78,7 +78,8 @@ json pages_json(const json& seg) {
     const std::uint64_t addr = u64(p, "address");
     const bool mapped = p.contains("mapped") ? p.value("mapped", false)
                                              : p.value("state", std::string("mapped")) == "mapped";
-    out.push_back({addr >= base ? addr - base : 0, u64(p, "size"), mapped ? 1 : 0});
+    const bool host = mapped && p.value("location", std::string("device")) == "host";
+    out.push_back({addr >= base ? addr - base : 0, u64(p, "size"), mapped ? (host ? 2 : 1) : 0});
   }
   return out;
 }

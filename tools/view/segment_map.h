@@ -26,7 +26,7 @@ using SlabRanges = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
 // count), and past that again the smallest segments are left out (counted in the result's
 // "segments_left_out"). Returns {"segments": [...], "blocks_total", "blocks_drawn",
 // "segments_left_out"}; each segment is {address, size, stream, type, expandable, location,
-// pages: [[offset, size, mapped]], blocks: [[offset, size, state, requested, count]]}.
+// pages: [[offset, size, 0 unmapped | 1 mapped | 2 mapped, host-located]], blocks: [[offset, size, state, requested, count]]}.
 // Where a block was allocated: the first `max_frames` frames of its stack (the "frames" a
 // PyTorch snapshot has when _record_memory_history recorded them), past PyTorch's own, one
 // "name (file:line)" per line; "" without a stack.

@@ -90,7 +90,7 @@ function drawSegments(ctx, segments, layout, colours, stream) {
       });
     }
     for (const page of segment.pages) {
-      ctx.fillStyle = page[2] ? colours.mapped : colours.unmapped;
+      ctx.fillStyle = page[2] === 2 ? colours.host : page[2] ? colours.mapped : colours.unmapped;
       forEachPiece(layout, start + page[0], start + page[0] + page[1], (x, y, w) => {
         ctx.fillRect(x, y + MAP_ROW_HEIGHT - 1 - MAP_PAGE_STRIP, w, MAP_PAGE_STRIP);
       });
@@ -156,7 +156,10 @@ function describePoint(segments, sites, point) {
   const block = blockAt(segment, point.offset);
   const lines = block ? blockLines(segment, block, sites) : [];
   const page = segment.pages.find((p) => point.offset >= p[0] && point.offset < p[0] + p[1]);
-  if (page) lines.push("page     " + (page[2] ? "mapped" : "unmapped virtual range") + ", " + formatBytes(page[1]));
+  if (page) {
+    const state = page[2] === 2 ? "mapped, in host memory" : page[2] ? "mapped" : "unmapped virtual range";
+    lines.push("page     " + state + ", " + formatBytes(page[1]));
+  }
   lines.push("stream   " + segment.stream, segmentLine(segment));
   return lines.join("\n");
 }
@@ -165,7 +168,8 @@ function mapLegend(segments, colours) {
   const entries = STATE_NAMES.map((name, i) => [name, colours.states[i]]);
   if (segments.some((s) => s.location === "host")) entries.push(["host tier", colours.host]);
   if (segments.some((s) => s.paused)) entries.push(["paused region", colours.paused]);
-  if (segments.some((s) => s.pages.some((p) => p[2]))) entries.push(["mapped page", colours.mapped]);
+  if (segments.some((s) => s.pages.some((p) => p[2] === 1))) entries.push(["mapped page", colours.mapped]);
+  if (segments.some((s) => s.pages.some((p) => p[2] === 2))) entries.push(["host-located page", colours.host]);
   if (segments.some((s) => s.pages.some((p) => !p[2]))) {
     entries.push(["unmapped virtual range", colours.unmapped]);
   }
