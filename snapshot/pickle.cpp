@@ -421,21 +421,19 @@ void write_value(std::string& out, const json& v) {
     case json::value_t::number_float: write_float(out, v.get<double>()); return;
     case json::value_t::string: write_string(out, v.get_ref<const std::string&>()); return;
     case json::value_t::array:
-      out.push_back(']');
+      pickle_open_list(out, !v.empty());
       if (v.empty()) return;
-      out.push_back('(');
       for (const json& item : v) write_value(out, item);
-      out.push_back('e');
+      pickle_close_list(out);
       return;
     case json::value_t::object:
-      out.push_back('}');
+      pickle_open_dict(out, !v.empty());
       if (v.empty()) return;
-      out.push_back('(');
       for (const auto& [key, item] : v.items()) {
         write_string(out, key);
         write_value(out, item);
       }
-      out.push_back('u');
+      pickle_close_dict(out);
       return;
     default: out.push_back('N'); return;  // binary and discarded values have no pickle form
   }
@@ -448,10 +446,29 @@ bool pickle_to_json(const std::string& data, json* out, std::string* error) {
 }
 
 std::string json_to_pickle(const json& doc) {
-  std::string out = "\x80\x02";
+  std::string out;
+  pickle_begin(out);
   write_value(out, doc);
-  out.push_back('.');
+  pickle_end(out);
   return out;
 }
+
+void pickle_begin(std::string& out) { out += "\x80\x02"; }
+void pickle_end(std::string& out) { out.push_back('.'); }
+void pickle_value(std::string& out, const json& value) { write_value(out, value); }
+
+// EMPTY_DICT, and MARK when items follow (SETITEMS closes them).
+void pickle_open_dict(std::string& out, bool has_items) {
+  out.push_back('}');
+  if (has_items) out.push_back('(');
+}
+void pickle_close_dict(std::string& out) { out.push_back('u'); }
+
+// EMPTY_LIST, and MARK when items follow (APPENDS closes them).
+void pickle_open_list(std::string& out, bool has_items) {
+  out.push_back(']');
+  if (has_items) out.push_back('(');
+}
+void pickle_close_list(std::string& out) { out.push_back('e'); }
 
 }  // namespace cudalloc::snapshot

@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include "snapshot/pickle.h"
+#include "snapshot/snapshot_encode.h"
+#include "temp_files.h"
 
 using namespace cudalloc::snapshot;
 using nlohmann::json;
@@ -114,4 +116,33 @@ TEST_CASE("hostile pickles are refused quickly and cleanly", "[pickle][errors][f
   // A list appended to itself: refused (the leak it used to cause shows under ASan).
   CHECK_FALSE(pickle_to_json(std::string("\x80\x02]q\x00h\x00" "a.", 9), &doc, &error));
   CHECK(error.find("nested deeper than 200 levels") != std::string::npos);
+}
+
+TEST_CASE("encode_snapshot streams the events and writes what the whole document would be",
+          "[pickle][snapshot]") {
+  // 10,000 events cross the encoder's batches; a second device list is empty, a third short.
+  json events = json::array();
+  for (int i = 0; i < 10000; ++i) {
+    json e = {{"action", i % 2 ? "free_completed" : "alloc"}, {"addr", 4096 * (i / 2)},
+              {"size", 512}, {"stream", 0}, {"time_us", i}};
+    if (i % 3 == 0) e["frames"] = json::array({{{"filename", "a.py"}, {"line", i}, {"name", "f"}}});
+    events.push_back(std::move(e));
+  }
+  const json doc = {{"segments", json::array()}, {"meta", {{"x", 1.5}}},
+                    {"device_traces", {events, json::array(), {{{"action", "oom"}, {"size", 7}}}}}};
+  const std::string path = cudalloc::test::temp_file("encode.json", doc.dump());
+  std::string out, error;
+  REQUIRE(encode_snapshot(path, SnapshotFormat::json, &out, &error));
+  CHECK(json::parse(out) == doc);
+  REQUIRE(encode_snapshot(path, SnapshotFormat::pickle, &out, &error));
+  json back;
+  REQUIRE(pickle_to_json(out, &back, &error));
+  CHECK(back == doc);
+  CHECK(out == json_to_pickle(doc));  // byte for byte: the same opcodes
+
+  const std::string bad = cudalloc::test::temp_file(
+      "encode_bad.json", R"({"device_traces": [[{"action": "alloc", "size": -5}]]})");
+  CHECK_FALSE(encode_snapshot(bad, SnapshotFormat::json, &out, &error));
+  CHECK(error.find("device 0, event 0") != std::string::npos);
+  CHECK(error.find("encode_bad.json") != std::string::npos);
 }

@@ -11,8 +11,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/usage.h"
-#include "snapshot/pickle.h"
-#include "snapshot/trace_reader.h"
+#include "snapshot/snapshot_encode.h"
 
 namespace cudalloc::cli {
 namespace {
@@ -61,13 +60,12 @@ int convert_command(const Args& args) {
     return argument_error("convert", "-o '" + out + "'",
                           "a name ending in .pickle, .pkl, .json or .json.gz");
   }
-  nlohmann::json doc;
-  std::string error;
-  if (!snapshot::read_snapshot(in, &doc, &error)) {
+  std::string data, error;
+  const auto format = to_pickle ? snapshot::SnapshotFormat::pickle : snapshot::SnapshotFormat::json;
+  if (!snapshot::encode_snapshot(in, format, &data, &error)) {
     std::fprintf(stderr, "cudalloc convert: %s\n", error.c_str());
     return 2;
   }
-  const std::string data = to_pickle ? snapshot::json_to_pickle(doc) : doc.dump();
   if (!write_output(out, data, ends_with(out, ".gz"))) {
     std::fprintf(stderr, "cudalloc convert: cannot write %s\n", out.c_str());
     return 1;

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
+#include <mutex>
 
 #include "snapshot/input_file.h"
 #include "util/units.h"
@@ -13,24 +15,31 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The read being reported (the CLI reads one file at a time).
+// How each file's read is being reported. diff reads its two snapshots on two threads at
+// once: every report holds g_read_mutex, and each path has its own state.
 struct ReadReport {
-  bool forced = false, terminal = false;
   std::string path;
   Clock::time_point start, last_update;
   int last_percent = -1;
   std::uint64_t last_read = 0;
   bool shown = false, finished = false;
 };
-ReadReport g_read;
+struct ReadReports {
+  bool forced = false, terminal = false;
+  std::map<std::string, ReadReport> by_path;
+};
+ReadReports g_read;
+std::mutex g_read_mutex;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
 void on_read_progress(const std::string& path, std::uint64_t read, std::uint64_t size) {
-  ReadReport& r = g_read;
-  if (path != r.path || read < r.last_read) {  // another file, or the same one again
+  std::lock_guard<std::mutex> lock(g_read_mutex);
+  const bool forced = g_read.forced, terminal = g_read.terminal;
+  ReadReport& r = g_read.by_path[path];
+  if (path != r.path || read < r.last_read) {  // a new file, or the same one again
     r.path = path;
     r.start = Clock::now();
     r.last_percent = -1;
@@ -40,13 +49,13 @@ void on_read_progress(const std::string& path, std::uint64_t read, std::uint64_t
   if (r.finished) return;
   const int percent = size > 0 ? int(read * 100 / size) : 100;
   const bool last = percent >= 100;
-  if (!r.forced && !r.shown && seconds_since(r.start) < kQuietReadSeconds) return;
+  if (!forced && !r.shown && seconds_since(r.start) < kQuietReadSeconds) return;
   if (!last && r.shown && (percent == r.last_percent ||
                            seconds_since(r.last_update) < kReadUpdateSeconds)) {
     return;
   }
-  std::fprintf(stderr, r.terminal ? "\rcudalloc: reading %s: %3d%%%s" : "cudalloc: reading %s: %3d%%%s\n",
-               path.c_str(), percent, r.terminal && last ? "\n" : "");
+  std::fprintf(stderr, terminal ? "\rcudalloc: reading %s: %3d%%%s" : "cudalloc: reading %s: %3d%%%s\n",
+               path.c_str(), percent, terminal && last ? "\n" : "");
   std::fflush(stderr);
   r.shown = true;
   r.finished = last;
