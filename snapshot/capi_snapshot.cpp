@@ -100,8 +100,10 @@ void snapshot_on_oom(const OutOfMemory& oom) noexcept {
     const std::uint64_t sequence = count.fetch_add(1) + 1;
     if (past_cap(sequence, a.settings().snapshot_on_oom_max)) return;
     const std::string path = oom_snapshot_path(a.settings().snapshot_on_oom, sequence);
+    // The request first: oom.message lies in a per-thread buffer that later errors rewrite.
+    nlohmann::json failed = oom_json(oom, sequence);
     nlohmann::json doc = snapshot_doc(a);
-    doc["cudalloc"]["oom"] = oom_json(oom, sequence);
+    doc["cudalloc"]["oom"] = std::move(failed);
     std::string why;
     if (write_file(path, doc.dump(), &why)) {
       log().warn("device {}: out of memory (error {} of this process); snapshot written to {}",

@@ -108,8 +108,12 @@ bool parse_streaming(InputFile& in, json* doc, EncodedTraces* traces, std::strin
   std::size_t device = 0, index = 0;
   std::string event_error;
   EncoderThread encoder(traces);
+  std::size_t traces_seen = 0;
   auto keep = [&](const JsonPlace& place, json& value) {
     if (place.top_key != "device_traces") return true;
+    if (place.depth == 1 && ++traces_seen > 1 && event_error.empty()) {
+      event_error = kDuplicateTraces;  // the document would keep only the last
+    }
     if (place.depth == 2) {  // a device's list, emptied by now
       ++device;
       index = 0;

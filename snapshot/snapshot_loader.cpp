@@ -30,7 +30,9 @@ class StackTable {
   std::uint32_t id_of(json& e) {
     auto frames = e.find("frames");
     if (frames == e.end() || !frames->is_array() || frames->empty()) return 0;
-    auto [it, added] = ids_.try_emplace(frames->dump(), 0);
+    // The key only tells stacks apart: invalid UTF-8 (a pickle's filename) is replaced, not
+    // an exception.
+    auto [it, added] = ids_.try_emplace(frames->dump(-1, ' ', false, json::error_handler_t::replace), 0);
     if (added) {
       stacks_->push_back(std::move(*frames));
       it->second = std::uint32_t(stacks_->size());
@@ -80,9 +82,13 @@ bool parse_json(InputFile& in, LoadedSnapshot* out, std::string* error) {
   int device = 0;
   std::size_t index = 0;
   std::string event_error;
+  std::size_t traces_seen = 0;
   StackTable stacks(&out->stacks);
   auto keep = [&](const JsonPlace& place, json& value) {
     if (place.top_key != "device_traces") return true;
+    if (place.depth == 1 && ++traces_seen > 1 && event_error.empty()) {
+      event_error = kDuplicateTraces;  // the document would keep only the last
+    }
     if (place.depth == 2) {  // a device's list, emptied by now
       ++device;
       index = 0;

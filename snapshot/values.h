@@ -30,6 +30,11 @@ bool read_value(const nlohmann::json& value, ValueKind kind, const std::string& 
 // read_value: an integer when it is one that fits 64 bits, else the text itself.
 nlohmann::json number_from_text(const std::string& text);
 
+// A document with two top-level "device_traces" keys: a JSON parser keeps only the last, but
+// a streaming reader has seen both, so every reader refuses it with this message.
+constexpr const char* kDuplicateTraces =
+    "the key device_traces appears twice at the top level of the document";
+
 // One trace event: an object with a string "action"; "addr", "size", "stream",
 // "reserved_bytes" and "device_free" valid when present. False with *error (without the event's position: callers add it).
 bool check_event(const nlohmann::json& event, std::string* error);

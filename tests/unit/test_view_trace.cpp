@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
+#include "snapshot/pickle.h"
+#include "snapshot/snapshot_encode.h"
 #include "snapshot/snapshot_loader.h"
 #include "view/bands.h"
 #include "view/flame.h"
@@ -198,4 +200,54 @@ TEST_CASE("segment map: pages keep whether they are mapped and where", "[view]")
   CHECK(pages[0] == json({0, 2 << 20, 1}));
   CHECK(pages[1] == json({2 << 20, 2 << 20, 2}));  // host-located
   CHECK(pages[2] == json({4 << 20, 2 << 20, 0}));
+}
+
+TEST_CASE("loader and frames: bad text and odd field types are read, not thrown", "[view]") {
+  // A pickle keeps a filename Python decoded with surrogateescape: bytes that are no UTF-8.
+  const json bad_utf8 = json::array({{{"filename", "/src/\xed\xb3\x80.py"}, {"line", 3}, {"name", "f"}}});
+  const json doc = {{"device_traces", {{ev("alloc", 1, 8, bad_utf8), ev("alloc", 2, 8, bad_utf8)}}}};
+  const std::string path = "/tmp/cudalloc_view_trace_utf8_" + std::to_string(::getpid()) + ".pickle";
+  std::ofstream(path, std::ios::binary) << snapshot::json_to_pickle(doc);
+  LoadedSnapshot snap;
+  std::string error;
+  REQUIRE(snapshot::load_snapshot(path, &snap, &error));
+  ::unlink(path.c_str());
+  CHECK(snap.stacks.size() == 1);
+  CHECK(snap.events[1].stack == 1);
+
+  const json odd = {{"filename", nullptr}, {"line", "12"}, {"name", 5}};
+  CHECK(frame_label(odd) == "? (?:0)");
+  CHECK(frames_site(json::array({odd})) == "? (?:0)");
+  const json odd_pages = {{"address", 0}, {"total_size", 2 << 20}, {"blocks", json::array()},
+                          {"pages", {{{"address", 0}, {"size", 2 << 20}, {"mapped", true},
+                                      {"location", 7}}}}};
+  CHECK(segment_map_json({&odd_pages}, {}, 10)["segments"][0]["pages"][0][2] == 1);
+}
+
+TEST_CASE("readers refuse a document with device_traces twice", "[view]") {
+  const std::string path = "/tmp/cudalloc_view_trace_dup_" + std::to_string(::getpid()) + ".json";
+  std::ofstream(path) << R"({"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": 8}]],
+                             "device_traces": [[{"action": "alloc", "addr": 2, "size": 8}]]})";
+  LoadedSnapshot snap;
+  std::string error, out;
+  CHECK_FALSE(snapshot::load_snapshot(path, &snap, &error));
+  CHECK(error.find("device_traces appears twice") != std::string::npos);
+  CHECK_FALSE(snapshot::encode_snapshot(path, snapshot::SnapshotFormat::json, &out, &error));
+  CHECK(error.find("device_traces appears twice") != std::string::npos);
+  ::unlink(path.c_str());
+}
+
+TEST_CASE("live moments: an alloc again at a live address keeps both, as the timeline does",
+          "[view]") {
+  // Cut trace: 0x100 is allocated twice without a free seen between; one free follows.
+  const LoadedSnapshot snap = load({{"device_traces",
+      {{ev("alloc", 0x100, 100), ev("alloc", 0x100, 50), ev("free_completed", 0x100, 100),
+        ev("oom", 0, 999)}}}});
+  const Timeline t = build_timeline(snap.events, 0, {}, 100);
+  const json m = live_moments_json(snap, 0, t);
+  REQUIRE(m.size() == 2);
+  CHECK(m[0]["live"] == 150);  // the peak, after the second alloc
+  CHECK(m[0]["seen"] == 150);
+  CHECK(m[1]["seen"] == 50);   // the free ended the earlier one
+  CHECK(m[1]["top"][0]["size"] == 50);
 }

@@ -121,8 +121,16 @@ int diff_command(const Args& args) {
   snapshot::LoadedSnapshot snaps[2];
   std::string errors[2];
   bool loaded[2] = {false, false};
-  std::thread second([&] { loaded[1] = snapshot::load_snapshot(paths[1], &snaps[1], &errors[1]); });
-  loaded[0] = snapshot::load_snapshot(paths[0], &snaps[0], &errors[0]);
+  // An exception must not leave a thread (std::terminate): each becomes that file's error.
+  auto load = [&](int i) {
+    try {
+      loaded[i] = snapshot::load_snapshot(paths[std::size_t(i)], &snaps[i], &errors[i]);
+    } catch (const std::exception& e) {
+      errors[i] = paths[std::size_t(i)] + ": cannot use this input: " + e.what();
+    }
+  };
+  std::thread second(load, 1);
+  load(0);
   second.join();
   for (int i = 0; i < 2; ++i) {
     if (!loaded[i]) {

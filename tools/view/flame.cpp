@@ -6,6 +6,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "view/snapshot_fields.h"
+
 namespace cudalloc::view {
 namespace {
 
@@ -74,10 +76,9 @@ json emit(const std::string& label, const Node& node, std::uint64_t total, std::
 }  // namespace
 
 std::string frame_label(const json& frame) {
-  std::string file = frame.value("filename", std::string("?"));
+  std::string file = frame_text(frame, "filename");
   if (const auto slash = file.rfind('/'); slash != std::string::npos) file = file.substr(slash + 1);
-  return frame.value("name", std::string("?")) + " (" + file + ":" +
-         std::to_string(frame.value("line", 0)) + ")";
+  return frame_text(frame, "name") + " (" + file + ":" + std::to_string(frame_line(frame)) + ")";
 }
 
 json flame_json(const std::vector<FlameInput>& allocations, std::uint64_t unattributed,

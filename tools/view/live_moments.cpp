@@ -40,12 +40,22 @@ std::vector<Moment> moments_of(const Timeline& t, const MomentLimits& limits) {
   return out;
 }
 
+// A free ends the earliest allocation still live at its address.
+void free_one(std::unordered_multimap<std::uint64_t, Live>* live, std::uint64_t address) {
+  auto [first, last] = live->equal_range(address);
+  auto earliest = first;
+  for (auto it = first; it != last; ++it) {
+    if (it->second.event < earliest->second.event) earliest = it;
+  }
+  if (earliest != last) live->erase(earliest);
+}
+
 const json* stack_of(const LoadedSnapshot& snap, std::uint32_t id) {
   return id > 0 && id <= snap.stacks.size() ? &snap.stacks[id - 1] : nullptr;
 }
 
 json capture(const LoadedSnapshot& snap, const Moment& m,
-             const std::unordered_map<std::uint64_t, Live>& live, const MomentLimits& limits) {
+             const std::unordered_multimap<std::uint64_t, Live>& live, const MomentLimits& limits) {
   std::vector<std::pair<std::uint64_t, const Live*>> all;
   all.reserve(live.size());
   std::vector<FlameInput> flame;
@@ -76,7 +86,7 @@ json capture(const LoadedSnapshot& snap, const Moment& m,
   json out = {{"label", m.label}, {"event", m.event}, {"live", m.live}, {"seen", seen},
               {"allocations", live.size()}, {"top", std::move(top)},
               {"flame", flame_json(flame, before)}};
-  if (m.request > 0) out["request"] = m.request;
+  if (std::string(m.label) == "out of memory") out["request"] = m.request;
   return out;
 }
 
@@ -86,14 +96,16 @@ json live_moments_json(const LoadedSnapshot& snap, int device, const Timeline& t
                        const MomentLimits& limits) {
   const std::vector<Moment> moments = moments_of(timeline, limits);
   json out = json::array();
-  std::unordered_map<std::uint64_t, Live> live;
+  // By address; a cut trace may alloc again at an address it never saw freed, and the
+  // timeline then counts both allocations, so both stay live here too.
+  std::unordered_multimap<std::uint64_t, Live> live;
   std::size_t next = 0;
   std::uint64_t index = 0;
   for (const auto& e : snap.events) {
     if (next == moments.size()) break;
     if (e.device != device) continue;
-    if (e.kind == EventKind::alloc) live[e.addr] = {e.size, e.stream, index, e.stack};
-    if (e.kind == EventKind::free_completed) live.erase(e.addr);
+    if (e.kind == EventKind::alloc) live.emplace(e.addr, Live{e.size, e.stream, index, e.stack});
+    if (e.kind == EventKind::free_completed) free_one(&live, e.addr);
     // A moment's event is the one after which the state is taken (timeline.h).
     while (next < moments.size() && moments[next].event == index) {
       out.push_back(capture(snap, moments[next++], live, limits));

@@ -78,7 +78,8 @@ json pages_json(const json& seg) {
     const std::uint64_t addr = u64(p, "address");
     const bool mapped = p.contains("mapped") ? p.value("mapped", false)
                                              : p.value("state", std::string("mapped")) == "mapped";
-    const bool host = mapped && p.value("location", std::string("device")) == "host";
+    const auto location = p.find("location");
+    const bool host = mapped && location != p.end() && *location == "host";
     out.push_back({addr >= base ? addr - base : 0, u64(p, "size"), mapped ? (host ? 2 : 1) : 0});
   }
   return out;
@@ -128,13 +129,12 @@ std::string frames_site(const json& frames, std::size_t max_frames) {
   for (const json& f : frames) {
     if (kept == max_frames) break;
     if (!f.is_object()) continue;
-    const std::string file = f.value("filename", std::string("?"));
+    const std::string file = frame_text(f, "filename");
     // PyTorch's own frames (torch/...) say less than the caller's: skipped before the first
     // frame of user code.
     if (kept == 0 && file.find("/torch/") != std::string::npos) continue;
     if (!text.empty()) text += "\n";
-    text += f.value("name", std::string("?")) + " (" + file + ":" +
-            std::to_string(f.value("line", 0)) + ")";
+    text += frame_text(f, "name") + " (" + file + ":" + std::to_string(frame_line(f)) + ")";
     ++kept;
   }
   return text;

@@ -37,4 +37,14 @@ const char* segment_location(const nlohmann::json& seg) {
   return host == u64(seg, "total_size") ? "host" : "mixed";
 }
 
+std::string frame_text(const nlohmann::json& frame, const char* key) {
+  auto it = frame.find(key);
+  return it != frame.end() && it->is_string() ? it->get<std::string>() : "?";
+}
+
+std::int64_t frame_line(const nlohmann::json& frame) {
+  auto it = frame.find("line");
+  return it != frame.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
+}
+
 }  // namespace cudalloc::view

@@ -4,11 +4,17 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace cudalloc::view {
 
 // j[key] as an unsigned integer; 0 when absent or not an integer.
 std::uint64_t u64(const nlohmann::json& j, const char* key);
+
+// A stack frame's fields ({filename, line, name}) whatever their types: the text of a string,
+// else "?"; the line if an integer, else 0.
+std::string frame_text(const nlohmann::json& frame, const char* key);
+std::int64_t frame_line(const nlohmann::json& frame);
 
 // A segment's bytes in host memory (cudalloc's host tier: "host_size") and on the device
 // (total_size - host_size). Device memory is what "reserved" means everywhere; the host tier

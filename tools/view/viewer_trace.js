@@ -15,7 +15,7 @@ function whoHoldsPanel(device) {
   const moments = [{ label: "at the snapshot", flame: device.snapshot_flame, top: null }];
   for (const m of device.moments || []) {
     const what = m.label === "out of memory"
-      ? "at the out-of-memory of event " + formatCount(m.event) + " (" + formatBytes(m.request) + " asked)"
+      ? "at the out-of-memory of event " + formatCount(m.event) + " (" + formatBytes(m.request || 0) + " asked)"
       : "at peak live (event " + formatCount(m.event) + ", " + formatBytes(m.live) + ")";
     moments.push({ label: what, flame: m.flame, top: m.top, moment: m });
   }
