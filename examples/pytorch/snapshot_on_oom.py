@@ -20,8 +20,12 @@ snapshot = os.path.join(out_dir, "oom_snapshot.json")
 # A 1 GiB cap, a trace of the last 100,000 events, and the snapshot on out-of-memory. The
 # configuration is read when cudalloc starts, so it is set before enable().
 os.environ["CUDALLOC_CONF"] = f"limit:1G,trace:100000,snapshot_on_oom:{snapshot}"
-if os.path.exists(snapshot):
-    os.remove(snapshot)  # so that the check below sees this run's snapshot
+# Each out-of-memory error gets a file of its own: the first this name, the second
+# oom_snapshot.2.json, and so on (%n in the path numbers them instead).
+second = os.path.join(out_dir, "oom_snapshot.2.json")
+for old in (snapshot, second):
+    if os.path.exists(old):
+        os.remove(old)  # so that the checks below see this run's snapshots
 
 import cudalloc  # noqa: E402
 
@@ -42,6 +46,23 @@ else:
 if not os.path.isfile(snapshot):
     sys.exit(f"no snapshot at {snapshot}: was snapshot_on_oom taken from CUDALLOC_CONF?")
 print(f"snapshot written: {snapshot} ({os.path.getsize(snapshot)} bytes)")
+
+# A second failure, of another size: a second file, which names its own request.
+try:
+    torch.empty(3 << 30, dtype=torch.uint8, device="cuda")
+    sys.exit("expected a second out-of-memory error")
+except RuntimeError as error:
+    if "out of memory" not in str(error):
+        raise
+import json  # noqa: E402
+
+for path, size, number in ((snapshot, 64 << 20, 1), (second, 3 << 30, 2)):
+    if not os.path.isfile(path):
+        sys.exit(f"no snapshot at {path}: an out-of-memory error wrote none")
+    failed = json.load(open(path))["cudalloc"].get("oom", {})
+    if failed.get("sequence") != number or failed.get("size", 0) < size:
+        sys.exit(f"{path} does not name the failed request {size} (error {number}): {failed}")
+    print(f"{path}: error {number}, request of {failed['size']} bytes on device {failed['device']}")
 
 
 def find_cli():
