@@ -66,8 +66,9 @@ json emit(const std::string& label, const Node& node, std::uint64_t total, std::
     }
   }
   if (merged > 0) {
-    const std::string what = merged == 1 ? "(1 smaller caller)"
-                                         : "(" + std::to_string(merged) + " smaller callers)";
+    // Appended, not "(" + string: GCC 12 at -O3 reports a false -Wrestrict for the latter.
+    std::string what = "(";
+    what += merged == 1 ? "1 smaller caller)" : std::to_string(merged) + " smaller callers)";
     out["k"].push_back(emit(what, rest, total, limits.depth, limits));
   }
   return out;
