@@ -12,6 +12,7 @@
 #include <cstring>
 #include <streambuf>
 
+#include "snapshot/values.h"
 #include "util/units.h"
 
 namespace cudalloc::snapshot {
@@ -317,6 +318,30 @@ bool parse_json_document(InputFile& input, const JsonFilter& filter, json* out,
   DocumentBuilder builder(out, filter);
   if (parse_json_events(input, &builder, error)) return true;
   *out = json();
+  return false;
+}
+
+bool parse_snapshot_document(InputFile& input, const TraceEventSink& sink, json* out,
+                             std::string* error) {
+  std::size_t device = 0, index = 0, traces_seen = 0;
+  std::string event_error;
+  auto keep = [&](const JsonPlace& place, json& value) {
+    if (place.top_key != "device_traces") return true;
+    if (place.depth == 1 && ++traces_seen > 1 && event_error.empty()) {
+      event_error = kDuplicateTraces;
+    }
+    if (place.depth == 2) {  // a device's list, emptied by now: the next one begins
+      ++device;
+      index = 0;
+    }
+    if (place.depth != 3) return true;
+    if (event_error.empty()) sink(device, index, value, &event_error);
+    ++index;
+    return false;  // taken by the sink: not kept in the document
+  };
+  if (!parse_json_document(input, keep, out, error)) return false;
+  if (event_error.empty()) return true;
+  *error = event_error;
   return false;
 }
 

@@ -107,4 +107,18 @@ using JsonFilter = std::function<bool(const JsonPlace& place, nlohmann::json& va
 bool parse_json_document(InputFile& input, const JsonFilter& filter, nlohmann::json* out,
                          std::string* error);
 
+// Takes one trace event of a snapshot's device_traces (an item of an item of it): its device
+// list's position, its position in that list, the event itself (movable). False with *error
+// refuses it.
+using TraceEventSink = std::function<bool(std::size_t device, std::size_t index,
+                                          nlohmann::json& event, std::string* error)>;
+
+// Parses a memory snapshot's JSON as parse_json_document does, except that each trace event
+// goes to `sink` instead of into *out (whose device lists stay, emptied). A second top-level
+// device_traces key (a parser would keep only the last) or the first event the sink refuses
+// stops the delivery of events; the parse goes on, so that malformed JSON after it is reported
+// first. False with *error: the parse's error, else the events' one.
+bool parse_snapshot_document(InputFile& input, const TraceEventSink& sink, nlohmann::json* out,
+                             std::string* error);
+
 }  // namespace cudalloc::snapshot

@@ -105,32 +105,18 @@ class EncoderThread {
 // Parses the JSON document, handing each event of device_traces (depth 3 below it) to the
 // encoder instead of keeping it; the device lists stay, emptied.
 bool parse_streaming(InputFile& in, json* doc, EncodedTraces* traces, std::string* error) {
-  std::size_t device = 0, index = 0;
-  std::string event_error;
   EncoderThread encoder(traces);
-  std::size_t traces_seen = 0;
-  auto keep = [&](const JsonPlace& place, json& value) {
-    if (place.top_key != "device_traces") return true;
-    if (place.depth == 1 && ++traces_seen > 1 && event_error.empty()) {
-      event_error = kDuplicateTraces;  // the document would keep only the last
+  auto encode = [&](std::size_t device, std::size_t index, json& event, std::string* why) {
+    if (!check_event(event, why)) {
+      *why += " (device " + std::to_string(device) + ", event " + std::to_string(index) + ")";
+      return false;
     }
-    if (place.depth == 2) {  // a device's list, emptied by now
-      ++device;
-      index = 0;
-    }
-    if (place.depth != 3) return true;
-    if (event_error.empty() && !check_event(value, &event_error)) {
-      event_error += " (device " + std::to_string(device) + ", event " + std::to_string(index) + ")";
-    }
-    if (event_error.empty()) encoder.add(device, std::move(value));
-    ++index;
-    return false;
+    encoder.add(device, std::move(event));
+    return true;
   };
-  const bool parsed = parse_json_document(in, keep, doc, error);
+  const bool parsed = parse_snapshot_document(in, encode, doc, error);
   encoder.finish();
-  if (!parsed) return false;
-  if (!event_error.empty()) *error = event_error;
-  return event_error.empty();
+  return parsed;
 }
 
 void write_json(const json& doc, const EncodedTraces& traces, std::string* out) {

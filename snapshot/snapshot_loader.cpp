@@ -1,5 +1,6 @@
 #include "snapshot/snapshot_loader.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "snapshot/input_file.h"
@@ -76,34 +77,14 @@ bool record_event(json& e, int device, std::size_t index, std::vector<SnapshotEv
   return true;
 }
 
-// Parses the JSON, handing each event of device_traces (an item of an item of it: depth 3) to
-// record_event instead of keeping it. A device's list completes after its events.
+// Parses the JSON, handing each event of device_traces to record_event instead of keeping it.
 bool parse_json(InputFile& in, LoadedSnapshot* out, std::string* error) {
-  int device = 0;
-  std::size_t index = 0;
-  std::string event_error;
-  std::size_t traces_seen = 0;
   StackTable stacks(&out->stacks);
-  auto keep = [&](const JsonPlace& place, json& value) {
-    if (place.top_key != "device_traces") return true;
-    if (place.depth == 1 && ++traces_seen > 1 && event_error.empty()) {
-      event_error = kDuplicateTraces;  // the document would keep only the last
-    }
-    if (place.depth == 2) {  // a device's list, emptied by now
-      ++device;
-      index = 0;
-    }
-    if (place.depth != 3) return true;
-    if (event_error.empty()) {
-      record_event(value, device, index++, &out->events, stacks, &event_error);
-    }
-    return false;  // recorded: not kept in the document
+  auto record = [&](std::size_t device, std::size_t index, json& event, std::string* why) {
+    return record_event(event, int(std::min<std::size_t>(device, kMaxTraceDevices)), index,
+                        &out->events, stacks, why);
   };
-  if (!parse_json_document(in, keep, &out->doc, error)) return false;
-  if (!event_error.empty()) {
-    *error = event_error;
-    return false;
-  }
+  if (!parse_snapshot_document(in, record, &out->doc, error)) return false;
   out->format = "json";
   return true;
 }
