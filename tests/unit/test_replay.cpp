@@ -115,6 +115,10 @@ TEST_CASE("both policies replay a plan and report their reserved memory", "[repl
   CHECK(c.peak_reserved_bytes >= plan.peak_live_bytes);
   CHECK(p.peak_reserved_bytes >= plan.peak_live_bytes);
   CHECK(c.device_allocs > 0);
+  // The simulated driver's time is told apart from the allocator's; the models make no calls.
+  CHECK(c.device_ns_per_event > 0);
+  CHECK(c.replay_ns_per_event > 0);
+  CHECK(p.device_ns_per_event == 0);
   // Steady state: after the first step nothing is mapped or unmapped any more.
   CHECK(c.page_maps > 0);
   CHECK(c.late_page_maps == 0);

@@ -19,9 +19,9 @@ device::FakeDevice::Options unbacked(int device, std::uint64_t capacity) {
   return options;
 }
 
-// Replays every op of `plan` through `policy` (OpReplayer), returning the nanoseconds spent
-// per op. at_half() runs once, when half of the ops have been replayed; at_end() after the
-// last op, before what the trace left live is released (outside the timed loop).
+// Replays every op of `plan` through `policy` (OpReplayer), returning the nanoseconds spent.
+// at_half() runs once, when half of the ops have been replayed; at_end() after the last op,
+// before what the trace left live is released (outside the timed loop).
 template <typename Policy, typename AtHalf, typename AtEnd>
 double timed_replay(const Plan& plan, Policy& policy, AtHalf&& at_half, AtEnd&& at_end,
                     OpReplayer* replayer) {
@@ -34,7 +34,11 @@ double timed_replay(const Plan& plan, Policy& policy, AtHalf&& at_half, AtEnd&& 
   const std::chrono::duration<double, std::nano> elapsed = std::chrono::steady_clock::now() - start;
   at_end();
   replayer->release_all(policy);
-  return plan.ops.empty() ? 0.0 : elapsed.count() / static_cast<double>(plan.ops.size());
+  return elapsed.count();
+}
+
+double per_op(const Plan& plan, double ns) {
+  return plan.ops.empty() ? 0.0 : ns / static_cast<double>(plan.ops.size());
 }
 
 // The failures of a replay of `plan`, into r (oom_events and what comes with them).
@@ -54,8 +58,8 @@ PolicyResult run_model(const Plan& plan, Model& model, const char* name, AtHalf&
   PolicyResult r;
   r.policy = name;
   OpReplayer replayer(plan);
-  r.replay_ns_per_event = timed_replay(
-      plan, model, [&] { at_half(model); }, [] {}, &replayer);
+  r.replay_ns_per_event =
+      per_op(plan, timed_replay(plan, model, [&] { at_half(model); }, [] {}, &replayer));
   note_failures(plan, replayer, &r);
   r.peak_reserved_bytes = model.peak_reserved();
   r.final_reserved_bytes = model.reserved();
@@ -77,7 +81,8 @@ CudallocPolicy::CudallocPolicy(int device, const Settings& settings, std::uint64
                                bool device_order)
     : log_level_(quiet_warnings()),
       fake_(unbacked(device, capacity)),
-      alloc_(fake_, device, settings),
+      timed_(fake_),
+      alloc_(timed_, device, settings),
       order_(device_order ? DeviceAllocator::FreeOrder::device
                           : DeviceAllocator::FreeOrder::stream) {}
 
@@ -123,12 +128,17 @@ PolicyResult run_cudalloc(const Plan& plan, const Settings& settings, std::uint6
   Stats half;  // the stats when half of the ops have been replayed
   r.policy = "cudalloc";
   OpReplayer replayer(plan);
-  r.replay_ns_per_event = timed_replay(
+  const double device_before = policy.device_ns();
+  double device_ns = 0;
+  const double ns = timed_replay(
       plan, policy, [&] { half = alloc.stats(); },
       [&] {
+        device_ns = policy.device_ns() - device_before;
         if (final_state != nullptr) *final_state = alloc.state();
       },
       &replayer);
+  r.device_ns_per_event = per_op(plan, device_ns);
+  r.replay_ns_per_event = per_op(plan, std::max(0.0, ns - device_ns));
   note_failures(plan, replayer, &r);
   const Stats s = alloc.stats();
   r.page_maps = static_cast<std::uint64_t>(s.page_maps.total);

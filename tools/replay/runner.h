@@ -9,6 +9,7 @@
 #include "core/settings.h"
 #include "core/state.h"
 #include "device/fake_device.h"
+#include "device/timed_device.h"
 #include "replay/plan.h"
 
 namespace cudalloc::replay {
@@ -38,7 +39,10 @@ struct PolicyResult {
   std::uint64_t late_page_unmaps = 0;
   std::uint64_t page_waits = 0;
   std::uint64_t fences = 0;  // device synchronizations for device-ordered frees
-  double replay_ns_per_event = 0;     // allocator time only
+  // Host time per replayed event: the allocator's own (cudalloc: less the simulated driver's
+  // calls, which device_ns_per_event holds; the models make none).
+  double replay_ns_per_event = 0;
+  double device_ns_per_event = 0;
   bool paged = false;                 // cudalloc: paged segments (device_allocs are pages)
   std::string problem;                // an invariant violation found after the replay
 };
@@ -48,8 +52,9 @@ struct PolicyResult {
 // ExpandableModel are policies; so is CudallocPolicy.
 
 // cudalloc's DeviceAllocator for device `device` of a FakeDevice of `capacity` bytes per
-// device that keeps records but no bytes (the allocator's cost, not the simulation's system
-// calls). Frees are stream-ordered, or device-ordered with device_order.
+// device that keeps records but no bytes (no system calls), reached through a TimedDevice so
+// that the time of the simulated driver's calls can be told apart from the allocator's.
+// Frees are stream-ordered, or device-ordered with device_order.
 // While one exists, cudalloc's logger at its default level (warn) shows errors only: a replay
 // counts the allocations that fail and reports them once (PolicyResult), where the allocator
 // would warn of each. CUDALLOC_LOG=info, debug or trace keep every message.
@@ -66,10 +71,13 @@ class CudallocPolicy {
   std::uint64_t reserved() const;
   std::uint64_t peak_reserved() const;
   DeviceAllocator& allocator() { return alloc_; }
+  // Nanoseconds the simulated driver's calls have cost so far (TimedDevice::charged_ns).
+  double device_ns() const { return timed_.charged_ns(); }
 
  private:
   const int log_level_;  // the logger's level before, restored at destruction
   device::FakeDevice fake_;
+  device::TimedDevice timed_;  // over fake_
   DeviceAllocator alloc_;
   DeviceAllocator::FreeOrder order_;
 };
