@@ -112,7 +112,9 @@ class Device {
     (void)handle;
     return Status::not_supported;
   }
-  // Maps `bytes` of `handle` starting at `offset` at `va`; all three are page multiples.
+  // Maps `bytes` of `handle` starting at `offset` at `va`; all three are page multiples. The
+  // driver maps an allocation only whole: offset 0 and bytes its size (the H200's driver 580
+  // refused a part, 2026-12-02), so a physical allocation moves between addresses only whole.
   virtual Status map(std::uintptr_t va, std::size_t bytes, PhysicalHandle handle,
                      std::size_t offset) = 0;
   virtual Status unmap(std::uintptr_t va, std::size_t bytes) = 0;

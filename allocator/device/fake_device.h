@@ -8,6 +8,8 @@
 // - Virtual memory: reserve() takes address space, create_physical() takes capacity from a
 //   per-device memory file, map() places it at a virtual address (two mappings of one physical
 //   range see the same bytes), set_access() makes it readable and writable, unmap() removes it.
+//   As with the driver, map() takes an allocation whole (offset 0, its size) and unmap() whole
+//   mappings (a range may cover several).
 //   Granularity is 2 MiB by default. Physical memory of Location::host comes from a separate
 //   host capacity (`host_capacity`); with `host_physical` off, creating it is not_supported,
 //   as on a driver without host-located virtual memory. host_alloc() gives pinned host memory

@@ -7,7 +7,8 @@
 // range in one call, cuMemUnmap, cuMemRelease; copies of the range between the two locations.
 // Then whole moves through the allocator: a live allocation of PAGES pages offloaded to host
 // memory and prefetched back (cudalloc_offload / cudalloc_prefetch's code path). Last, the
-// page-table calls again with physical allocations of 16 and 64 MiB, each mapped whole.
+// page-table calls again with physical allocations of 16 and 64 MiB, each mapped whole, and
+// mapped page by page.
 // Prints microseconds per page and GB/s. Exit 77 without a GPU.
 #include <chrono>
 #include <cstdio>
@@ -158,6 +159,59 @@ void bench_chunks(device::Device& dev, std::size_t pages, std::size_t page) {
   }
 }
 
+// Physical allocations of `chunk` bytes mapped page by page (a map with an offset per 2 MiB),
+// so that each page can still be unmapped alone, as the allocator's page moves need: does the
+// driver's cost follow the allocations or the mappings? Two rounds: access granted in one call
+// for the range and unmapped page by page, then granted page by page and unmapped in one call.
+void bench_chunk_pages(device::Device& dev, std::size_t pages, std::size_t page) {
+  const std::size_t bytes = pages * page;
+  for (const std::size_t chunk : {page, std::size_t{16} << 20, std::size_t{64} << 20}) {
+    if (chunk % page != 0 || bytes % chunk != 0) continue;
+    const std::size_t per_chunk = chunk / page;
+    std::uintptr_t va = 0;
+    if (!ok(dev.reserve(0, bytes, &va))) return;
+    std::vector<device::PhysicalHandle> handles(bytes / chunk);
+    const double create = per_page(handles.size(), [&](std::size_t i) {
+      return ok(dev.create_physical(0, chunk, Location::device, &handles[i]));
+    }) / double(per_chunk);
+    const auto map_pages = [&] {
+      return per_page(pages, [&](std::size_t i) {
+        return ok(dev.map(va + i * page, page, handles[i / per_chunk], (i % per_chunk) * page));
+      });
+    };
+    const double map1 = map_pages();
+    if (map1 < 0) {  // the driver maps allocations only whole
+      std::printf("device chunks of %3zu MiB mapped per 2 MiB: map refused (%s)\n", chunk >> 20,
+                  dev.last_failure());
+      for (const device::PhysicalHandle h : handles) dev.release_physical(h);
+      dev.unreserve(va, bytes);
+      continue;
+    }
+    double start = now_us();
+    const bool access_ok = ok(dev.set_access(0, va, bytes));
+    const double access_range = (now_us() - start) / double(pages);
+    const double unmap_pages = per_page(pages, [&](std::size_t i) {
+      return ok(dev.unmap(va + i * page, page));
+    });
+    const double map2 = map_pages();
+    const double access_pages = per_page(pages, [&](std::size_t i) {
+      return ok(dev.set_access(0, va + i * page, page));
+    });
+    start = now_us();
+    const bool unmap_ok = ok(dev.unmap(va, bytes));
+    const double unmap_range = (now_us() - start) / double(pages);
+    const double release = per_page(handles.size(), [&](std::size_t i) {
+      return ok(dev.release_physical(handles[i]));
+    }) / double(per_chunk);
+    dev.unreserve(va, bytes);
+    std::printf("device chunks of %3zu MiB mapped per 2 MiB: create %6.2f us, map %5.2f/%5.2f us, "
+                "set_access range %6.2f us, per page %6.2f us, unmap per page %6.2f us, range "
+                "%6.2f us, release %6.2f us%s\n",
+                chunk >> 20, create, map1, map2, access_range, access_pages, unmap_pages,
+                unmap_range, release, access_ok && unmap_ok ? "" : " (a range call FAILED)");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,5 +244,6 @@ int main(int argc, char** argv) {
   tear_down(*dev, on_host, page, "host");
   bench_moves(*dev, pages, page);
   bench_chunks(*dev, pages, page);
+  bench_chunk_pages(*dev, pages, page);
   return 0;
 }
