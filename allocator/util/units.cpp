@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -43,7 +44,20 @@ bool parse_bytes(std::string_view text, std::size_t* bytes) {
   if (digits == 0) return false;
   int shift = 0;
   if (!unit_shift(trimmed(text.substr(digits)), &shift)) return false;
-  const std::string number(text.substr(0, digits));
+  const std::string_view number_text = text.substr(0, digits);
+  if (number_text.find('.') == std::string_view::npos) {
+    // Whole numbers exactly: through a double, a count above 2^53 bytes would be rounded.
+    std::uint64_t value = 0;
+    for (const char c : number_text) {
+      const auto digit = static_cast<std::uint64_t>(c - '0');
+      if (value > (UINT64_MAX - digit) / 10) return false;
+      value = value * 10 + digit;
+    }
+    if (shift > 0 && value > (UINT64_MAX >> shift)) return false;
+    *bytes = static_cast<std::size_t>(value << shift);
+    return true;
+  }
+  const std::string number(number_text);
   char* end = nullptr;
   const double value = std::strtod(number.c_str(), &end);
   if (end != number.c_str() + number.size() || !std::isfinite(value) || value < 0) return false;

@@ -18,12 +18,17 @@ TEST_CASE("parse_bytes accepts sizes with binary suffixes", "[units]") {
   CHECK((parse_bytes("1 EiB", &v) && v == std::size_t{1} << 60));
   CHECK((parse_bytes("256 KiB", &v) && v == 256 * KiB));  // as format_bytes_exact writes it
   CHECK((parse_bytes("262145 B", &v) && v == 262145));
+  // Whole counts are exact past 2^53, where a double would round them.
+  CHECK((parse_bytes("9007199254740993", &v) && v == 9007199254740993ull));
+  CHECK((parse_bytes("18446744073709551615", &v) && v == 18446744073709551615ull));
+  CHECK((parse_bytes("15E", &v) && v == std::size_t{15} << 60));
 }
 
 TEST_CASE("parse_bytes rejects malformed sizes", "[units]") {
   std::size_t v = 7;
   for (const char* bad :
-       {"", "G", "-1", "1Q", "1..5G", "abc", "1e3", "99999999999999T", "16E", "8 G B"}) {
+       {"", "G", "-1", "1Q", "1..5G", "abc", "1e3", "99999999999999T", "16E", "8 G B",
+        "18446744073709551616", "99999999999999999999999"}) {
     INFO(bad);
     CHECK_FALSE(parse_bytes(bad, &v));
   }
