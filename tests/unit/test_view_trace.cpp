@@ -92,6 +92,25 @@ TEST_CASE("flame: bytes grouped top-down by frame, children adding up to their p
   CHECK((*none)["b"] == 20);
 }
 
+TEST_CASE("flame: what a frame allocated itself beside its callees is a child of its own",
+          "[view]") {
+  const json callee = stack({"helper", "step", "main"});
+  const json itself = stack({"step", "main"});
+  const json f = flame_json({{100, &callee}, {60, &itself}, {50, &itself}}, 0);
+  const json* step = child(*child(f, "main (main.py:4)"), "step (step.py:4)");
+  REQUIRE(step != nullptr);
+  CHECK((*step)["b"] == 210);
+  REQUIRE((*step)["k"].size() == 2);
+  CHECK((*step)["k"][0]["n"] == "(allocated in this frame)");  // largest first
+  CHECK((*step)["k"][1]["n"] == "helper (helper.py:6)");
+  const json& own = (*step)["k"][0];
+  CHECK(own["b"] == 110);
+  CHECK(own["c"] == 2);
+  CHECK(own["k"].empty());
+  // A leaf frame (no callees) gets no such child: it is all its own.
+  CHECK((*step)["k"][1]["k"].empty());
+}
+
 TEST_CASE("flame: small callers are merged, depth is bounded, bytes before the trace named",
           "[view]") {
   std::vector<json> stacks;

@@ -15,6 +15,7 @@ using nlohmann::json;
 
 struct Node {
   std::uint64_t bytes = 0, count = 0;
+  std::uint64_t own_bytes = 0, own_count = 0;  // allocations whose stack ends here
   std::map<std::string, std::unique_ptr<Node>> children;
 
   Node& child(const std::string& label) {
@@ -53,9 +54,25 @@ json emit(const std::string& label, const Node& node, std::uint64_t total, std::
   for (const auto& [name, child] : node.children) order.emplace_back(&name, child.get());
   std::stable_sort(order.begin(), order.end(),
                    [](const auto& a, const auto& b) { return a.second->bytes > b.second->bytes; });
+  // What the frame allocated itself, beside its callees: a leaf among them, so that the
+  // children add up to the frame (it is never merged with callers).
+  Node own;
+  own.add(node.own_bytes, node.own_count);
+  const std::string own_label = "(allocated in this frame)";
+  if (!order.empty() && own.bytes > 0) {
+    const auto at = std::find_if(order.begin(), order.end(),
+                                 [&](const auto& c) { return c.second->bytes < own.bytes; });
+    order.insert(at, {&own_label, &own});
+  }
   Node rest;
   std::size_t merged = 0;
   for (const auto& [name, child] : order) {
+    if (child == &own) {
+      if (double(own.bytes) >= limits.min_share * double(total)) {
+        out["k"].push_back(emit(*name, own, total, limits.depth, limits));
+      }
+      continue;
+    }
     const bool kept = out["k"].size() < limits.children &&
                       double(child->bytes) >= limits.min_share * double(total);
     if (kept) {
@@ -95,10 +112,18 @@ json flame_json(const std::vector<FlameInput>& allocations, std::uint64_t unattr
     }
     Node* node = &root;
     std::size_t depth = 0;
+    bool cut = false;
     for (const std::string& label : labels.of(*a.frames)) {
-      if (++depth > limits.depth) break;
+      if (++depth > limits.depth) {
+        cut = true;  // deeper frames left out: not the frame's own allocation
+        break;
+      }
       node = &node->child(label);
       node->add(a.bytes, 1);
+    }
+    if (!cut) {
+      node->own_bytes += a.bytes;
+      ++node->own_count;
     }
   }
   if (unattributed > 0) {

@@ -1,9 +1,10 @@
 // Who holds memory, grouped top-down by stack frame like a flame graph's summary: the root is
 // every allocation given; its children are the outermost frames (the program's entry), theirs
 // the frames each called, down to the frame that allocated. Each node has the bytes and the
-// count of the allocations beneath it. Its children add up to at most that: an allocation
-// whose stack ends at the node (made in that frame), or is cut at the depth bound, counts in
-// the node and in none of its children.
+// count of the allocations beneath it. Where a frame both allocated and called frames that
+// did, what it allocated itself is one more child, "(allocated in this frame)", so that the
+// children add up to the node; they add up to less only where small children were left out
+// (below) or stacks were cut at the depth bound.
 //
 // Frames are PyTorch's ("frames": [{filename, line, name}], innermost first, as
 // _record_memory_history records them). Allocations without frames sit under one child,
