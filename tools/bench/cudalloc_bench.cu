@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cudalloc.h"
+#include "mixed_plan.h"
 
 namespace {
 
@@ -211,46 +212,10 @@ PairResult measure_pairs(Allocator& a, std::size_t size, const Options& o) {
 
 // ---- (b) mixed workload ------------------------------------------------------------------
 
-struct Op {
-  bool allocate;
-  std::size_t value;  // size to allocate, or index of the live block to free
-};
+// The plan (mixed_plan.h): the same sequence for every allocator.
+using Plan = cudalloc::bench::MixedPlan;
 
-struct Plan {
-  std::vector<Op> ops;
-  std::size_t peak_live = 0;
-  long allocs = 0, frees = 0;
-};
-
-// The same sequence for every allocator: it depends only on the seed and the options.
-Plan make_plan(const Options& o) {
-  Plan plan;
-  std::mt19937_64 rng(42);
-  std::bernoulli_distribution coin(0.73);
-  std::uniform_real_distribution<double> log_size(std::log(256.0), std::log(64.0 * (1 << 20)));
-  std::vector<std::size_t> live;
-  std::size_t live_bytes = 0;
-  for (int i = 0; i < o.mixed_ops; ++i) {
-    auto size = static_cast<std::size_t>(std::exp(log_size(rng)));
-    bool alloc = coin(rng) || live.empty();
-    if (alloc && live_bytes + size > o.live_cap && !live.empty()) alloc = false;
-    if (alloc) {
-      live.push_back(size);
-      live_bytes += size;
-      plan.peak_live = std::max(plan.peak_live, live_bytes);
-      plan.ops.push_back({true, size});
-      ++plan.allocs;
-    } else {
-      std::size_t victim = std::uniform_int_distribution<std::size_t>(0, live.size() - 1)(rng);
-      live_bytes -= live[victim];
-      live[victim] = live.back();
-      live.pop_back();
-      plan.ops.push_back({false, victim});
-      ++plan.frees;
-    }
-  }
-  return plan;
-}
+Plan make_plan(const Options& o) { return cudalloc::bench::make_mixed_plan(o.mixed_ops, o.live_cap); }
 
 // Runs the plan and frees what is left (untimed); ns per operation, -1 on a failure.
 double run_plan(Allocator& a, const Plan& plan, std::string& error) {
@@ -258,7 +223,7 @@ double run_plan(Allocator& a, const Plan& plan, std::string& error) {
   live.reserve(plan.ops.size());
   cudaError_t err = cudaSuccess;
   double start = now_ns();
-  for (const Op& op : plan.ops) {
+  for (const cudalloc::bench::MixedOp& op : plan.ops) {
     if (op.allocate) {
       void* p = nullptr;
       err = a.allocate(&p, op.value);
