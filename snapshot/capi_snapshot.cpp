@@ -24,10 +24,43 @@ nlohmann::json snapshot_doc(Allocator& allocator) {
   return snapshot_json(states, process_conf());
 }
 
-// Writes `text` to PATH.tmp, then renames it over `path`, so that a reader never sees half a
-// snapshot. On every failure the temporary file is removed (only when this call created it: a
-// directory of that name is left alone) and *why says what failed.
-bool write_file(const std::string& path, const std::string& text, std::string* why) {
+// How a written snapshot takes its name: replacing a file there (a snapshot asked for by
+// path), or only where no file is (out-of-memory snapshots, which never replace one).
+enum class Publish { replace, new_file };
+
+// Gives the complete temporary file `tmp` the name `path`. new_file: link() fails where a file
+// of that name exists (EEXIST, *taken set), so no snapshot is ever replaced; where the file
+// system has no hard links, the name is reserved with O_EXCL and then renamed over.
+bool publish(const std::string& tmp, const std::string& path, Publish how, bool* taken,
+             std::string* why) {
+  if (how == Publish::new_file) {
+    if (::link(tmp.c_str(), path.c_str()) == 0) {
+      ::unlink(tmp.c_str());
+      return true;
+    }
+    if (errno != EEXIST) {
+      const int reserved = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (reserved >= 0) ::close(reserved);
+    }
+    if (errno == EEXIST) {
+      *taken = true;
+      *why = path + " exists";
+      return false;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) == 0) return true;
+  *why = errno == EISDIR ? path + " is a directory"
+                         : "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno);
+  return false;
+}
+
+// Writes `text` to PATH.tmp, then gives it the name `path` (publish), so that a reader never
+// sees half a snapshot. On every failure the temporary file is removed (only when this call
+// created it: a directory of that name is left alone) and *why says what failed; *taken (if
+// given) says the name was taken (Publish::new_file).
+bool write_file(const std::string& path, const std::string& text, std::string* why,
+                Publish how = Publish::replace, bool* taken = nullptr) {
+  bool name_taken = false;
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) {
@@ -45,12 +78,10 @@ bool write_file(const std::string& path, const std::string& text, std::string* w
   const bool closed = ::close(fd) == 0;
   if (written < text.size() || !closed) {
     *why = "cannot write " + tmp + ": " + std::strerror(written < text.size() ? write_errno : errno);
-  } else if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    *why = errno == EISDIR ? path + " is a directory" : "cannot rename " + tmp + " to " + path +
-                                                            ": " + std::strerror(errno);
-  } else {
+  } else if (publish(tmp, path, how, &name_taken, why)) {
     return true;
   }
+  if (taken != nullptr) *taken = name_taken;
   ::unlink(tmp.c_str());
   return false;
 }
@@ -90,8 +121,12 @@ bool past_cap(std::uint64_t sequence, std::size_t max) {
   return true;
 }
 
+// How many names an out-of-memory snapshot tries (oom_snapshot_path, then fallbacks) before
+// giving up, when each one is taken.
+constexpr int kNameAttempts = 16;
+
 // The hook (api/hooks.h): one new file per out-of-memory error, named by its number in the
-// process (oom_snapshot_path). It never calls fail(): the caller's last error stays the
+// process (oom_snapshot_path), or another name where that file exists (never replaced). It never calls fail(): the caller's last error stays the
 // allocation's.
 void snapshot_on_oom(const OutOfMemory& oom) noexcept {
   static std::atomic<std::uint64_t> count{0};
@@ -99,13 +134,21 @@ void snapshot_on_oom(const OutOfMemory& oom) noexcept {
     Allocator& a = process_allocator();
     const std::uint64_t sequence = count.fetch_add(1) + 1;
     if (past_cap(sequence, a.settings().snapshot_on_oom_max)) return;
-    const std::string path = oom_snapshot_path(a.settings().snapshot_on_oom, sequence);
+    const std::string first = oom_snapshot_path(a.settings().snapshot_on_oom, sequence);
     // The request first: oom.message lies in a per-thread buffer that later errors rewrite.
     nlohmann::json failed = oom_json(oom, sequence);
     nlohmann::json doc = snapshot_doc(a);
     doc["cudalloc"]["oom"] = std::move(failed);
-    std::string why;
-    if (write_file(path, doc.dump(), &why)) {
+    const std::string text = doc.dump();
+    // A file of that name (another process's or library's) is never replaced: another name.
+    std::string path = first, why;
+    bool written = false, taken = true;
+    for (int attempt = 1; !written && taken && attempt <= kNameAttempts; ++attempt) {
+      taken = false;
+      written = write_file(path, text, &why, Publish::new_file, &taken);
+      if (taken) path = oom_snapshot_fallback(first, long(::getpid()), attempt);
+    }
+    if (written) {
       log().warn("device {}: out of memory (error {} of this process); snapshot written to {}",
                  oom.device, sequence, path);
     } else {

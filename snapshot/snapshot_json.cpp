@@ -209,19 +209,38 @@ std::size_t extension_start(const std::string& path) {
 
 std::string expand_path(const std::string& path) { return expand(path, 0); }
 
+namespace {
+
+// `path` with `piece` inserted before the extension of its file name (or at its end).
+std::string before_extension(const std::string& path, const std::string& piece) {
+  const std::size_t at = extension_start(path);
+  // Appended piece by piece: GCC 12 at -O3 reports a false -Wrestrict for "." + string and
+  // for std::string::insert.
+  if (at == std::string::npos) return path + piece;
+  std::string named = path.substr(0, at);
+  named += piece;
+  named += path.substr(at);
+  return named;
+}
+
+}  // namespace
+
 std::string oom_snapshot_path(const std::string& path, std::uint64_t sequence) {
   std::string out = expand(path, sequence);
   if (sequence <= 1 || path.find("%n") != std::string::npos) return out;
-  const std::size_t at = extension_start(out);
-  // Appended piece by piece: GCC 12 at -O3 reports a false -Wrestrict for "." + string and
-  // for std::string::insert.
   std::string number(1, '.');
   number += std::to_string(sequence);
-  if (at == std::string::npos) return out + number;
-  std::string named = out.substr(0, at);
-  named += number;
-  named += out.substr(at);
-  return named;
+  return before_extension(out, number);
+}
+
+std::string oom_snapshot_fallback(const std::string& path, long pid, int attempt) {
+  std::string piece = ".p";
+  piece += std::to_string(pid);
+  if (attempt > 1) {
+    piece += '-';
+    piece += std::to_string(attempt);
+  }
+  return before_extension(path, piece);
 }
 
 }  // namespace cudalloc::snapshot

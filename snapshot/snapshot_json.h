@@ -33,5 +33,10 @@ std::string expand_path(const std::string& path);
 // is ".gz" (oom.json -> oom.2.json, oom.json.gz -> oom.2.json.gz, oom -> oom.2; a leading dot
 // starts no extension). Distinct sequence numbers give distinct names.
 std::string oom_snapshot_path(const std::string& path, std::uint64_t sequence);
+// Another name for an out-of-memory snapshot whose file `path` (from oom_snapshot_path) exists
+// already, written by another process or library with the same setting (several ranks of one
+// job, say): attempt 1 inserts ".pPID" before the extension, attempt k > 1 ".pPID-k"
+// (oom.json -> oom.p4242.json -> oom.p4242-2.json). A snapshot file is never replaced.
+std::string oom_snapshot_fallback(const std::string& path, long pid, int attempt);
 
 }  // namespace cudalloc::snapshot

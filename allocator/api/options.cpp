@@ -199,7 +199,8 @@ std::span<const Option> options() {
        "Write a JSON snapshot, with the failed request, to a new file each time an allocation "
        "fails for lack of memory. %p expands to the process id, %n to the error's number in "
        "the process (1, 2, ...); without %n the first file has the name as given and later "
-       "ones .2, .3, ... before the extension (oom.json, oom.2.json).",
+       "ones .2, .3, ... before the extension (oom.json, oom.2.json). An existing file is "
+       "never replaced: the snapshot then takes .pPID before the extension (oom.p4242.json).",
        set_path<&Settings::snapshot_on_oom>, get_path<&Settings::snapshot_on_oom>},
       {"snapshot_on_oom_max", OptionType::count,
        "Most snapshot_on_oom files written per process (0: no cap); past it one warning is "

@@ -7,6 +7,8 @@
 //   oom_snapshots cap          snapshot_on_oom_max:2: four errors, two files, one warning
 //   oom_snapshots unwritable   a PATH that cannot be written: the allocation's error message
 //                              stays the out-of-memory one
+//   oom_snapshots taken        files of those names exist already (another rank's): they are
+//                              kept, and the snapshots take other names (.pPID, .pPID-2)
 #include <dirent.h>
 #include <unistd.h>
 
@@ -138,6 +140,20 @@ void unwritable(const std::string& dir) {
   check(files_in(dir).empty(), "nothing written");
 }
 
+void taken(const std::string& dir) {
+  const std::string pid = std::to_string(::getpid());
+  std::ofstream(dir + "/oom.json") << "another process's snapshot";
+  std::ofstream(dir + "/oom.p" + pid + ".json") << "another library's snapshot";
+  configure("snapshot_on_oom:" + dir + "/oom.json");
+  for (std::size_t size : {kRequests[0], kRequests[1]}) fail_once(size);
+  check(read(dir + "/oom.json") == "another process's snapshot", "an existing file is kept");
+  check(read(dir + "/oom.p" + pid + ".json") == "another library's snapshot",
+        "so is the first fallback name, taken too");
+  check_snapshot(dir + "/oom.p" + pid + "-2.json", 1);
+  check_snapshot(dir + "/oom.2.json", 2);
+  check(files_in(dir).size() == 4, "two errors, two new files, no temporary file left");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -151,8 +167,10 @@ int main(int argc, char** argv) {
     cap(dir);
   } else if (mode == "unwritable") {
     unwritable(dir);
+  } else if (mode == "taken") {
+    taken(dir);
   } else {
-    std::fprintf(stderr, "usage: oom_snapshots numbered|pattern|cap|unwritable\n");
+    std::fprintf(stderr, "usage: oom_snapshots numbered|pattern|cap|unwritable|taken\n");
     return 2;
   }
   for (const std::string& name : files_in(dir)) std::remove((dir + "/" + name).c_str());

@@ -160,6 +160,11 @@ TEST_CASE("out-of-memory snapshots get one file name per error", "[snapshot]") {
   CHECK(oom_snapshot_path("/tmp/oom.json", 1) == "/tmp/oom.json");
   CHECK(oom_snapshot_path("/tmp/oom.json", 2) == "/tmp/oom.2.json");
   CHECK(oom_snapshot_path("/tmp/oom.json", 17) == "/tmp/oom.17.json");
+  // Where that name is taken (another process with the same setting): the process id.
+  CHECK(snapshot::oom_snapshot_fallback("/tmp/oom.json", 42, 1) == "/tmp/oom.p42.json");
+  CHECK(snapshot::oom_snapshot_fallback("/tmp/oom.2.json", 42, 3) == "/tmp/oom.2.p42-3.json");
+  CHECK(snapshot::oom_snapshot_fallback("/tmp/oom.json.gz", 7, 1) == "/tmp/oom.p7.json.gz");
+  CHECK(snapshot::oom_snapshot_fallback("/tmp/oom", 7, 2) == "/tmp/oom.p7-2");
   CHECK(oom_snapshot_path("/tmp/oom.json.gz", 3) == "/tmp/oom.3.json.gz");
   CHECK(oom_snapshot_path("/tmp/oom.gz", 3) == "/tmp/oom.3.gz");
   CHECK(oom_snapshot_path("oom", 2) == "oom.2");
