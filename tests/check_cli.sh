@@ -158,6 +158,13 @@ expect 0 "" bash -c "'$cli' inspect --progress --json '$dir/whole.json' 2>/dev/n
                      python3 -c 'import json, sys; json.load(sys.stdin)'"
 expect 0 "reading .*whole.json: +100%" "$cli" convert --progress "$dir/whole.json" -o "$dir/pr.json"
 expect 0 "reading .*s.json: +100%" "$cli" diff "$dir/whole.json" "$dir/s.json" --progress
+# The same file twice, read at once on two threads: each read reaches 100% on its own.
+"$cli" diff "$dir/whole.json" "$dir/whole.json" --progress 2>"$dir/twice.txt" >/dev/null
+expect 0 "two reads to 100%" python3 - "$dir/twice.txt" <<'PY'
+import re, sys
+done = [l for l in open(sys.argv[1]).read().splitlines() if re.search(r"reading .*whole.json: +100%", l)]
+print("two reads to 100%" if len(done) == 2 else done)
+PY
 expect 1 "" bash -c "'$cli' view '$dir/whole.json' -o '$dir/q.html' 2>&1 | grep -q reading"
 
 # view replays the trace under PyTorch's rules, expandable segments and cudalloc, unless told not to.

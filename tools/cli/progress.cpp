@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <thread>
+#include <utility>
 
 #include "snapshot/input_file.h"
 #include "util/units.h"
@@ -16,7 +18,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // How each file's read is being reported. diff reads its two snapshots on two threads at
-// once: every report holds g_read_mutex, and each path has its own state.
+// once: every report holds g_read_mutex, and each read (its path and its thread: `diff A A`
+// reads one path twice at once) has its own state. While more than one read is shown, each
+// update is a line of its own: updating in place, the reads would overwrite each other.
 struct ReadReport {
   std::string path;
   Clock::time_point start, last_update;
@@ -26,7 +30,9 @@ struct ReadReport {
 };
 struct ReadReports {
   bool forced = false, terminal = false;
-  std::map<std::string, ReadReport> by_path;
+  std::map<std::pair<std::string, std::thread::id>, ReadReport> by_read;
+  // Reads shown and not finished: while more than one, updates are whole lines.
+  int showing = 0;
 };
 ReadReports g_read;
 std::mutex g_read_mutex;
@@ -37,9 +43,10 @@ double seconds_since(Clock::time_point t) {
 
 void on_read_progress(const std::string& path, std::uint64_t read, std::uint64_t size) {
   std::lock_guard<std::mutex> lock(g_read_mutex);
-  const bool forced = g_read.forced, terminal = g_read.terminal;
-  ReadReport& r = g_read.by_path[path];
+  const bool forced = g_read.forced;
+  ReadReport& r = g_read.by_read[{path, std::this_thread::get_id()}];
   if (path != r.path || read < r.last_read) {  // a new file, or the same one again
+    if (r.shown && !r.finished) --g_read.showing;
     r.path = path;
     r.start = Clock::now();
     r.last_percent = -1;
@@ -54,11 +61,18 @@ void on_read_progress(const std::string& path, std::uint64_t read, std::uint64_t
                            seconds_since(r.last_update) < kReadUpdateSeconds)) {
     return;
   }
-  std::fprintf(stderr, terminal ? "\rcudalloc: reading %s: %3d%%%s" : "cudalloc: reading %s: %3d%%%s\n",
-               path.c_str(), percent, terminal && last ? "\n" : "");
+  if (!r.shown) {
+    // A line being updated in place ends before another read's first line.
+    if (g_read.terminal && g_read.showing == 1) std::fputc('\n', stderr);
+    ++g_read.showing;
+  }
+  const bool in_place = g_read.terminal && g_read.showing == 1;
+  std::fprintf(stderr, in_place ? "\rcudalloc: reading %s: %3d%%%s" : "cudalloc: reading %s: %3d%%%s\n",
+               path.c_str(), percent, in_place && last ? "\n" : "");
   std::fflush(stderr);
   r.shown = true;
   r.finished = last;
+  if (last) --g_read.showing;
   r.last_percent = percent;
   r.last_update = Clock::now();
 }
