@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "api/cudalloc.h"
 #include "api/hooks.h"
@@ -28,45 +29,80 @@ nlohmann::json snapshot_doc(Allocator& allocator) {
 // path), or only where no file is (out-of-memory snapshots, which never replace one).
 enum class Publish { replace, new_file };
 
-// Gives the complete temporary file `tmp` the name `path`. new_file: link() fails where a file
-// of that name exists (EEXIST, *taken set), so no snapshot is ever replaced; where the file
-// system has no hard links, the name is reserved with O_EXCL and then renamed over.
+// Gives the complete temporary file `tmp` the name `path`. new_file never replaces a file
+// there (*taken set, false): renameat2 with RENAME_NOREPLACE where the file system has it, else
+// a hard link (which fails where the name exists), else the name reserved with O_EXCL and
+// renamed over (an empty file shows there meanwhile; removed again if the rename fails).
 bool publish(const std::string& tmp, const std::string& path, Publish how, bool* taken,
              std::string* why) {
+  const auto name_taken = [&] {
+    *taken = true;
+    *why = path + " exists";
+    return false;
+  };
+  bool reserved = false;
   if (how == Publish::new_file) {
-    if (::link(tmp.c_str(), path.c_str()) == 0) {
-      ::unlink(tmp.c_str());
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0) {
       return true;
     }
-    if (errno != EEXIST) {
-      const int reserved = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (reserved >= 0) ::close(reserved);
-    }
-    if (errno == EEXIST) {
-      *taken = true;
-      *why = path + " exists";
+    int error = errno;
+    if (error == EEXIST) return name_taken();
+    if (error == EINVAL || error == ENOSYS || error == ENOTSUP) {  // no RENAME_NOREPLACE here
+      if (::link(tmp.c_str(), path.c_str()) == 0) {
+        ::unlink(tmp.c_str());
+        return true;
+      }
+      error = errno;
+      if (error == EEXIST) return name_taken();
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      error = errno;
+      if (fd < 0 && error == EEXIST) return name_taken();
+      if (fd < 0) {
+        *why = "cannot create " + path + ": " + std::strerror(error);
+        return false;
+      }
+      ::close(fd);
+      reserved = true;
+    } else {
+      *why = "cannot rename " + tmp + " to " + path + ": " + std::strerror(error);
       return false;
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) == 0) return true;
-  *why = errno == EISDIR ? path + " is a directory"
-                         : "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno);
+  const int error = errno;
+  if (reserved) ::unlink(path.c_str());
+  *why = error == EISDIR ? path + " is a directory"
+                         : "cannot rename " + tmp + " to " + path + ": " + std::strerror(error);
   return false;
 }
 
-// Writes `text` to PATH.tmp, then gives it the name `path` (publish), so that a reader never
-// sees half a snapshot. On every failure the temporary file is removed (only when this call
-// created it: a directory of that name is left alone) and *why says what failed; *taken (if
-// given) says the name was taken (Publish::new_file).
+// A new temporary file beside `path` for a snapshot being written, of a name no other writer
+// uses (process id and a counter, created with O_EXCL): writers of one name at once (ranks of
+// a job out of memory together) never write into each other's file. -1 with *why on failure.
+int create_temporary(const std::string& path, std::string* tmp, std::string* why) {
+  static std::atomic<unsigned> counter{0};
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    *tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+    const int fd = ::open(tmp->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) {
+      if (fd < 0) *why = "cannot create " + *tmp + ": " + std::strerror(errno);
+      return fd;
+    }
+  }
+  *why = "cannot create a temporary file beside " + path + ": every name tried exists";
+  return -1;
+}
+
+// Writes `text` to a new temporary file beside `path` (create_temporary), then gives it the
+// name `path` (publish), so that a reader never sees half a snapshot. On every failure the
+// temporary file is removed (only the one this call created) and *why says what failed;
+// *taken (if given) says the name was taken (Publish::new_file).
 bool write_file(const std::string& path, const std::string& text, std::string* why,
                 Publish how = Publish::replace, bool* taken = nullptr) {
   bool name_taken = false;
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    *why = "cannot create " + tmp + ": " + std::strerror(errno);
-    return false;
-  }
+  std::string tmp;
+  const int fd = create_temporary(path, &tmp, why);
+  if (fd < 0) return false;
   std::size_t written = 0;
   while (written < text.size()) {
     const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
@@ -122,7 +158,7 @@ bool past_cap(std::uint64_t sequence, std::size_t max) {
 }
 
 // How many names an out-of-memory snapshot tries (oom_snapshot_path, then fallbacks) before
-// giving up, when each one is taken.
+// giving up, when each is taken.
 constexpr int kNameAttempts = 16;
 
 // The hook (api/hooks.h): one new file per out-of-memory error, named by its number in the
@@ -142,11 +178,16 @@ void snapshot_on_oom(const OutOfMemory& oom) noexcept {
     const std::string text = doc.dump();
     // A file of that name (another process's or library's) is never replaced: another name.
     std::string path = first, why;
-    bool written = false, taken = true;
-    for (int attempt = 1; !written && taken && attempt <= kNameAttempts; ++attempt) {
+    bool written = false, taken = false;
+    for (int attempt = 1; attempt <= kNameAttempts; ++attempt) {
       taken = false;
       written = write_file(path, text, &why, Publish::new_file, &taken);
-      if (taken) path = oom_snapshot_fallback(first, long(::getpid()), attempt);
+      if (written || !taken) break;
+      if (attempt == kNameAttempts) {
+        why = std::to_string(kNameAttempts) + " names from " + first + " on are taken";
+      } else {
+        path = oom_snapshot_fallback(first, long(::getpid()), attempt);
+      }
     }
     if (written) {
       log().warn("device {}: out of memory (error {} of this process); snapshot written to {}",

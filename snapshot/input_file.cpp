@@ -335,7 +335,11 @@ bool parse_snapshot_document(InputFile& input, const TraceEventSink& sink, json*
       index = 0;
     }
     if (place.depth != 3) return true;
-    if (event_error.empty()) sink(device, index, value, &event_error);
+    if (event_error.empty() && !sink(device, index, value, &event_error) &&
+        event_error.empty()) {
+      event_error = "trace event " + std::to_string(index) + " of device list " +
+                    std::to_string(device) + " refused";
+    }
     ++index;
     return false;  // taken by the sink: not kept in the document
   };

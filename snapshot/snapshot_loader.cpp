@@ -1,6 +1,5 @@
 #include "snapshot/snapshot_loader.h"
 
-#include <algorithm>
 #include <unordered_map>
 
 #include "snapshot/input_file.h"
@@ -81,8 +80,11 @@ bool record_event(json& e, int device, std::size_t index, std::vector<SnapshotEv
 bool parse_json(InputFile& in, LoadedSnapshot* out, std::string* error) {
   StackTable stacks(&out->stacks);
   auto record = [&](std::size_t device, std::size_t index, json& event, std::string* why) {
-    return record_event(event, int(std::min<std::size_t>(device, kMaxTraceDevices)), index,
-                        &out->events, stacks, why);
+    if (device >= kMaxTraceDevices) {
+      *why = "more than " + std::to_string(kMaxTraceDevices) + " device lists in device_traces";
+      return false;
+    }
+    return record_event(event, int(device), index, &out->events, stacks, why);
   };
   if (!parse_snapshot_document(in, record, &out->doc, error)) return false;
   out->format = "json";

@@ -109,6 +109,17 @@ TEST_CASE("flame: what a frame allocated itself beside its callees is a child of
   CHECK(own["k"].empty());
   // A leaf frame (no callees) gets no such child: it is all its own.
   CHECK((*step)["k"][1]["k"].empty());
+  // Too small for a row of its own: with the small callers, so the rows still add up.
+  const json tiny = flame_json({{1000, &callee}, {1, &itself}}, 0, {32, 12, 0.01});
+  const json& rows = (*child(*child(tiny, "main (main.py:4)"), "step (step.py:4)"))["k"];
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[1]["n"] == "(1 smaller caller)");
+  CHECK(rows[0]["b"].get<int>() + rows[1]["b"].get<int>() == 1001);
+  // Frames none of which is an object are no stack.
+  const json nulls = json::array({nullptr});
+  const json g = flame_json({{5, &nulls}}, 0);
+  REQUIRE(child(g, "(no stack recorded)") != nullptr);
+  CHECK((*child(g, "(no stack recorded)"))["b"] == 5);
 }
 
 TEST_CASE("flame: small callers are merged, depth is bounded, bytes before the trace named",

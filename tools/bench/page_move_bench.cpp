@@ -179,10 +179,21 @@ void bench_chunk_pages(device::Device& dev, std::size_t pages, std::size_t page)
         return ok(dev.map(va + i * page, page, handles[i / per_chunk], (i % per_chunk) * page));
       });
     };
+    if (create < 0) {
+      std::printf("device chunks of %3zu MiB: create failed (%s)\n", chunk >> 20,
+                  dev.last_failure());
+      for (const device::PhysicalHandle h : handles) {
+        if (h != 0) dev.release_physical(h);
+      }
+      dev.unreserve(va, bytes);
+      continue;
+    }
     const double map1 = map_pages();
     if (map1 < 0) {  // the driver maps allocations only whole
       std::printf("device chunks of %3zu MiB mapped per 2 MiB: map refused (%s)\n", chunk >> 20,
                   dev.last_failure());
+      // Pages mapped before the refusal (none, where the driver refuses the first).
+      for (std::size_t i = 0; i < pages; ++i) dev.unmap(va + i * page, page);
       for (const device::PhysicalHandle h : handles) dev.release_physical(h);
       dev.unreserve(va, bytes);
       continue;

@@ -116,7 +116,7 @@ bool parse_args(const Args& args, ReplayArgs* r, int* bad) {
 
 // One policy's results summed over the devices of a trace.
 struct PolicySum {
-  replay::PolicyResult r;  // all fields summed but replay_ns_per_event (and the first failure's)
+  replay::PolicyResult r;  // all fields summed but the ns per event (and the first failure's)
   double ns = 0;           // replay_ns_per_event times the device's ops, summed
   double device_ns = 0;    // device_ns_per_event likewise
   int first_failed_device = 0;

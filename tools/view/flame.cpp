@@ -70,6 +70,9 @@ json emit(const std::string& label, const Node& node, std::uint64_t total, std::
     if (child == &own) {
       if (double(own.bytes) >= limits.min_share * double(total)) {
         out["k"].push_back(emit(*name, own, total, limits.depth, limits));
+      } else {  // too small for a row: with the small callers, so that the rows add up
+        rest.add(own.bytes, own.count);
+        ++merged;
       }
       continue;
     }
@@ -105,7 +108,9 @@ json flame_json(const std::vector<FlameInput>& allocations, std::uint64_t unattr
   Labels labels;
   for (const FlameInput& a : allocations) {
     root.add(a.bytes, 1);
-    const bool has_stack = a.frames != nullptr && a.frames->is_array() && !a.frames->empty();
+    // A list of frames none of which is an object ([null]) is no stack either.
+    const bool has_stack = a.frames != nullptr && a.frames->is_array() &&
+                           !labels.of(*a.frames).empty();
     if (!has_stack) {
       root.child("(no stack recorded)").add(a.bytes, 1);
       continue;

@@ -2,9 +2,9 @@
 // every allocation given; its children are the outermost frames (the program's entry), theirs
 // the frames each called, down to the frame that allocated. Each node has the bytes and the
 // count of the allocations beneath it. Where a frame both allocated and called frames that
-// did, what it allocated itself is one more child, "(allocated in this frame)", so that the
-// children add up to the node; they add up to less only where small children were left out
-// (below) or stacks were cut at the depth bound.
+// did, what it allocated itself is one more child, "(allocated in this frame)" (with the small
+// callers, below, when it is as small as they are), so that the children add up to the node.
+// A node at the depth bound shows no children.
 //
 // Frames are PyTorch's ("frames": [{filename, line, name}], innermost first, as
 // _record_memory_history records them). Allocations without frames sit under one child,
