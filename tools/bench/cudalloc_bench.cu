@@ -219,27 +219,21 @@ Plan make_plan(const Options& o) { return cudalloc::bench::make_mixed_plan(o.mix
 
 // Runs the plan and frees what is left (untimed); ns per operation, -1 on a failure.
 double run_plan(Allocator& a, const Plan& plan, std::string& error) {
-  std::vector<void*> live;
-  live.reserve(plan.ops.size());
   cudaError_t err = cudaSuccess;
-  double start = now_ns();
-  for (const cudalloc::bench::MixedOp& op : plan.ops) {
-    if (op.allocate) {
-      void* p = nullptr;
-      err = a.allocate(&p, op.value);
-      live.push_back(p);
-    } else {
-      void* p = live[op.value];
-      live[op.value] = live.back();
-      live.pop_back();
-      if (p != nullptr) err = a.deallocate(p);
-    }
-    if (err != cudaSuccess) break;
-  }
-  double elapsed = now_ns() - start;
+  bool completed = false;
+  const double start = now_ns();
+  const std::vector<void*> live = cudalloc::bench::run_mixed_plan(
+      plan,
+      [&](std::size_t size) -> void* {
+        void* p = nullptr;
+        err = a.allocate(&p, size);
+        return err == cudaSuccess ? p : nullptr;
+      },
+      [&](void* p) { return (err = a.deallocate(p)) == cudaSuccess; }, &completed);
+  const double elapsed = now_ns() - start;
   for (void* p : live)
     if (p != nullptr) a.deallocate(p);
-  if (err != cudaSuccess) {
+  if (!completed) {
     error = cudaGetErrorName(err);
     return -1;
   }

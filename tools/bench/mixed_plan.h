@@ -53,30 +53,29 @@ inline MixedPlan make_mixed_plan(int operations, std::size_t live_cap) {
   return plan;
 }
 
-// Runs the plan through allocate(size) -> pointer (nullptr: failed) and deallocate(pointer),
-// freeing what is left at the end; false when an allocation failed (the rest is skipped).
+// Runs the plan through allocate(size) -> pointer (nullptr: failed) and deallocate(pointer)
+// -> bool (false: failed); the first failure stops the run (*completed false). Returns what is
+// still live, for the caller to free outside whatever it times.
 template <typename Allocate, typename Deallocate>
-bool run_mixed_plan(const MixedPlan& plan, Allocate&& allocate, Deallocate&& deallocate) {
+std::vector<void*> run_mixed_plan(const MixedPlan& plan, Allocate&& allocate,
+                                  Deallocate&& deallocate, bool* completed) {
   std::vector<void*> live;
   live.reserve(plan.ops.size());
-  bool ok = true;
+  *completed = true;
   for (const MixedOp& op : plan.ops) {
     if (op.allocate) {
       void* p = allocate(op.value);
       live.push_back(p);
-      ok = p != nullptr;
+      *completed = p != nullptr;
     } else {
       void* p = live[op.value];
       live[op.value] = live.back();
       live.pop_back();
-      if (p != nullptr) deallocate(p);
+      if (p != nullptr) *completed = deallocate(p);
     }
-    if (!ok) break;
+    if (!*completed) break;
   }
-  for (void* p : live) {
-    if (p != nullptr) deallocate(p);
-  }
-  return ok;
+  return live;
 }
 
 }  // namespace cudalloc::bench

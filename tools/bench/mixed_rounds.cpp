@@ -78,13 +78,17 @@ int main(int argc, char** argv) {
     const Stats before = alloc.stats();
     const double driver_before = timed.charged_ns();
     const auto start = std::chrono::steady_clock::now();
-    const bool ok = bench::run_mixed_plan(
+    bool ok = false;
+    const std::vector<void*> live = bench::run_mixed_plan(
         plan,
         [&](std::size_t size) {
           void* p = nullptr;
           return alloc.allocate(size, 0, &p) == Error::ok ? p : nullptr;
         },
-        [&](void* p) { alloc.deallocate(p); });
+        [&](void* p) { return alloc.deallocate(p) == Error::ok; }, &ok);
+    for (void* p : live) {
+      if (p != nullptr) alloc.deallocate(p);
+    }
     const double ns =
         std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
     if (!ok) {
