@@ -162,8 +162,8 @@ bool past_cap(std::uint64_t sequence, std::size_t max) {
 constexpr int kNameAttempts = 16;
 
 // The hook (api/hooks.h): one new file per out-of-memory error, named by its number in the
-// process (oom_snapshot_path), or another name where that file exists (never replaced). It never calls fail(): the caller's last error stays the
-// allocation's.
+// process (oom_snapshot_path), or another name where that file exists (never replaced). It
+// never calls fail(): the caller's last error stays the allocation's.
 void snapshot_on_oom(const OutOfMemory& oom) noexcept {
   static std::atomic<std::uint64_t> count{0};
   try {

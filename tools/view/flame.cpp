@@ -55,7 +55,7 @@ json emit(const std::string& label, const Node& node, std::uint64_t total, std::
   std::stable_sort(order.begin(), order.end(),
                    [](const auto& a, const auto& b) { return a.second->bytes > b.second->bytes; });
   // What the frame allocated itself, beside its callees: a leaf among them, so that the
-  // children add up to the frame (it is never merged with callers).
+  // children add up to the frame (merged with the small callers when as small as they are).
   Node own;
   own.add(node.own_bytes, node.own_count);
   const std::string own_label = "(allocated in this frame)";
