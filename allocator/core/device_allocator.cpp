@@ -46,6 +46,7 @@ DeviceAllocator::~DeviceAllocator() {
 }
 
 void DeviceAllocator::drop_everything() {
+  fast_.forget();
   blocks_.drop_everything();
   staging_.forget_strays();
   physical_.drop_all();
@@ -93,6 +94,7 @@ Error DeviceAllocator::allocate(std::size_t size, StreamHandle stream, void** pt
     Owner owner;
     const auto device_allocs_before = ledger_.stats().device_allocs.total;
     if (pool == kSharedPool && RegionTags::current() != kNoRegion) pool = route_to_region(pool);
+    if (pool != kSharedPool) settle_fast_frees();
     const Error err = pool == kSharedPool ? allocate_locked(size, stream, &addr, &owner)
                                           : allocate_private(size, stream, pool, &addr, &owner);
     if (err != Error::ok) return err;
@@ -127,6 +129,16 @@ Error DeviceAllocator::try_allocate(StreamPool& pool, const Request& request,
 Error DeviceAllocator::allocate_locked(std::size_t size, StreamHandle stream,
                                        std::uintptr_t* addr, Owner* owner) {
   StreamPool& pool = pools_.get(stream);
+  if (!fast_.empty()) {
+    // A hit reuses a block freed on this stream as it is; anything else sees the pools as if
+    // every kept block had been freed at once.
+    if (Block* block = fast_.take(pool, round_up(size, kBlockRound)); block != nullptr) {
+      *addr = block->addr;
+      *owner = Owner::of(block);
+      return Error::ok;
+    }
+    settle_fast_frees();
+  }
   const Request request{size, Growth::may_grow, Tier::device};
   if (deferred_.has_unfenced()) {
     // Memory freed in device order is reused (behind a fence) before new memory is taken,
@@ -238,15 +250,36 @@ Error DeviceAllocator::deallocate(void* ptr, FreeOrder order) {
       deferred_.free_in_device_order(e);
     } else if (e.owner.has_stream_uses()) {
       deferred_.free_in_stream_order(e);
-    } else {
+    } else if (!keep_fast(e.owner, addr)) {
       complete_free(e.owner, addr);  // the cached path: reusable at once in stream order
     }
     if (settings_.promote > 0 && paged() && ledger_.stats().host_active_bytes.current > 0) {
+      settle_fast_frees();
       migrator_.maybe_promote();
     }
     if (settings_.validate) check_after_operation("free");
     return Error::ok;
   });
+}
+
+bool DeviceAllocator::keep_fast(Owner owner, std::uintptr_t addr) {
+  if (owner.is_slab()) return false;
+  Block* block = owner.block();
+  const Segment& seg = *block->segment;
+  // Only where a free changes nothing but the block's own bins and pages: shared pools, on
+  // device memory (a kept block never serves a request from the wrong tier).
+  if (seg.pool->is_private() || seg.pool->region != kNoRegion || seg.spill ||
+      seg.pinned_host() || seg.held || seg.host_mapped != 0) {
+    return false;
+  }
+  ledger_.free_completed(addr, owner.rounded_size(), owner.stream());
+  block->requested = 0;
+  if (Block* out = fast_.keep(block); out != nullptr) blocks_.free(out);
+  return true;
+}
+
+void DeviceAllocator::settle_fast_frees() {
+  fast_.drain([&](Block* block) { blocks_.free(block); });
 }
 
 void DeviceAllocator::complete_free(Owner owner, std::uintptr_t addr) {
@@ -279,6 +312,7 @@ Error DeviceAllocator::record_stream(void* ptr, StreamHandle stream) {
 Error DeviceAllocator::empty_cache() {
   return metadata_guard("empty_cache", ordinal_, [&] {
     std::lock_guard lock(lock_);
+    settle_fast_frees();
     release_cached_memory();
     if (paged()) release_held_segments();
     if (paged() && mapper_.release_cached()) blocks_.release_free_ranges();
@@ -324,6 +358,7 @@ void DeviceAllocator::register_stream(StreamHandle stream) {
 void DeviceAllocator::unregister_stream(StreamHandle stream) {
   metadata_guard("unregister_stream", ordinal_, [&] {
     std::lock_guard lock(lock_);
+    settle_fast_frees();
     deferred_.unregister_stream(stream);
     const auto it = std::find(created_streams_.begin(), created_streams_.end(), stream);
     if (it == created_streams_.end()) return;  // not one the program created
@@ -403,6 +438,7 @@ Error DeviceAllocator::span_of(const void* ptr, AllocationSpan* out) const {
 Error DeviceAllocator::move(void* ptr, Location to, StreamHandle stream) {
   return metadata_guard(to == Location::host ? "offload" : "prefetch", ordinal_, [&] {
     std::lock_guard lock(lock_);
+    settle_fast_frees();
     AllocationSpan span;
     if (const Error err = span_of(ptr, &span); err != Error::ok) return err;
     if (span.segment->paused) {
@@ -426,6 +462,7 @@ Error DeviceAllocator::prefetch(void* ptr, StreamHandle stream) {
 Error DeviceAllocator::promote() {
   return metadata_guard("promote", ordinal_, [&] {
     std::lock_guard lock(lock_);
+    settle_fast_frees();
     return paged() ? migrator_.promote() : Error::ok;
   });
 }
@@ -441,7 +478,11 @@ Error DeviceAllocator::residency(const void* ptr, std::size_t* device_bytes,
 
 Stats DeviceAllocator::stats() const {
   std::lock_guard lock(lock_);
-  return ledger_.stats();
+  Stats s = ledger_.stats();
+  // Free blocks as PyTorch counts them (inactive_split): kept blocks merged (fast_frees.h).
+  s.cached_count.current += fast_.merged_block_delta();
+  s.cached_count.peak = std::max(s.cached_count.peak, s.cached_count.current);
+  return s;
 }
 
 void DeviceAllocator::reset_peak_stats() {

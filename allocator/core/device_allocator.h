@@ -33,6 +33,7 @@
 #include "core/budget.h"
 #include "core/deferred_frees.h"
 #include "core/errors.h"
+#include "core/fast_frees.h"
 #include "core/ledger.h"
 #include "core/live_map.h"
 #include "core/migrator.h"
@@ -184,7 +185,7 @@ class DeviceAllocator final : private FreeCompletion {
 
   // The largest free block of the shared pools that a request could get without new device
   // memory (in paged mode bounded by the idle physical pages that could back it).
-  std::size_t largest_free_block() const;
+  std::size_t largest_free_block();
 
   Stats stats() const;
   void reset_peak_stats();
@@ -192,7 +193,7 @@ class DeviceAllocator final : private FreeCompletion {
   // Empty if every invariant holds, else a description of the first violation.
   std::string validate() const;
   // A copy of the whole state (segments, blocks, slabs, stats, trace); see state.h.
-  DeviceState state() const;
+  DeviceState state();
   const Settings& settings() const { return settings_; }
   // True when memory comes from virtual ranges with pages mapped on demand.
   bool paged() const { return page_size_ != 0; }
@@ -241,6 +242,12 @@ class DeviceAllocator final : private FreeCompletion {
   // Waits for pending frees, returns empty slabs to the block pool and every wholly free
   // plain segment to the driver. Idle pages are kept: a request can take them anyway.
   void release_cached_memory();
+  // Frees of blocks kept whole for a same-size allocation (fast_frees.h). keep_fast: whether
+  // the completed free of `owner` may wait there (then it does). settle_fast_frees: frees every
+  // kept block for real; every operation but a hit and a free calls it before it looks at or
+  // changes the pools.
+  bool keep_fast(Owner owner, std::uintptr_t addr);
+  void settle_fast_frees();
   // Returns the pool of a destroyed stream when it holds nothing (unregister_stream).
   void release_pool(StreamHandle stream);
   // Returns every segment to the driver and forgets all state (destructor, reset).
@@ -264,6 +271,7 @@ class DeviceAllocator final : private FreeCompletion {
   PageMapper mapper_;
   ImportedPages imported_;  // memory of other processes mapped here (its own lock)
   BlockPool blocks_;
+  FastFrees fast_;
   SlabPool slabs_;
   Migrator migrator_;
   DeferredFrees deferred_;

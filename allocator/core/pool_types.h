@@ -27,7 +27,8 @@ struct Segment;
 struct Slab;
 
 struct Block {
-  enum class State : std::uint8_t { free, allocated, pending, slab };
+  // fast: freed, kept whole for a same-size allocation on its stream (fast_frees.h).
+  enum class State : std::uint8_t { free, allocated, pending, slab, fast };
 
   std::uintptr_t addr = 0;
   std::size_t size = 0;

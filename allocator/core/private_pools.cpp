@@ -171,8 +171,9 @@ Error DeviceAllocator::private_pool_allocations(PoolId id,
   });
 }
 
-std::size_t DeviceAllocator::largest_free_block() const {
+std::size_t DeviceAllocator::largest_free_block() {
   std::lock_guard lock(lock_);
+  settle_fast_frees();
   std::size_t plain = 0;
   std::size_t paged_block = 0;
   pools_.for_each([&](const StreamPool& pool) {

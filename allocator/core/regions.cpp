@@ -175,6 +175,7 @@ Error DeviceAllocator::restore_pages(const std::vector<Segment*>& segments) {
 Error DeviceAllocator::pause_region(RegionId id, bool keep, bool streams_known) {
   return metadata_guard("pause", ordinal_, [&] {
     std::lock_guard lock(lock_);
+    settle_fast_frees();  // their pages are idle memory that resume may reuse
     if (!regions_.known(id)) return Error::ok;
     const std::string tag = RegionTags::name(id);
     Regions::Region& region = regions_.get(id);
@@ -236,6 +237,7 @@ Error DeviceAllocator::pause_region(RegionId id, bool keep, bool streams_known) 
 Error DeviceAllocator::resume_region(RegionId id) {
   return metadata_guard("resume", ordinal_, [&] {
     std::lock_guard lock(lock_);
+    settle_fast_frees();  // their pages are idle memory that resume may reuse
     if (!regions_.known(id) || !regions_.paused(id)) return Error::ok;
     Regions::Region& region = regions_.get(id);
     const std::vector<Segment*> segments = region_segments(id);

@@ -104,8 +104,9 @@ void paged_segment_state(const Segment& seg, device::StreamHandle stream, Descri
 
 }  // namespace
 
-DeviceState DeviceAllocator::state() const {
+DeviceState DeviceAllocator::state() {
   std::lock_guard lock(lock_);
+  settle_fast_frees();  // the picture the pools would show had every free been done at once
   DeviceState st;
   st.device = ordinal_;
   st.backend = device_.name();

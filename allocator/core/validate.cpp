@@ -12,7 +12,7 @@ namespace {
 
 struct Totals {
   std::int64_t reserved = 0, segments = 0, free_blocks = 0, slab_bytes = 0, slabs = 0;
-  std::int64_t mapped_pages = 0, dropped = 0;
+  std::int64_t mapped_pages = 0, dropped = 0, fast_blocks = 0;
   std::size_t parked_pages = 0;
   std::int64_t host_reserved = 0, host_active = 0;
   std::int64_t allocated = 0, allocations = 0, requested = 0, pending_bytes = 0, pending = 0;
@@ -81,6 +81,14 @@ void check_segment(Checker& c, const Segment* seg, const StreamPool& pool, Total
       ++t.slabs;
     }
     if (is_free) ++t.free_blocks;
+    if (b->state == Block::State::fast) {
+      // Kept for a same-size allocation (fast_frees.h): only where a free changes nothing else.
+      const StreamPool& owner = *seg->pool;
+      c.expect(!owner.is_private() && owner.region == kNoRegion && !seg->spill &&
+                   !seg->pinned_host() && !seg->held && seg->host_mapped == 0,
+               "kept block at ", b->addr, " lies in a segment that keeps none");
+      ++t.fast_blocks;
+    }
     at += b->size;
     prev = b;
   }
@@ -295,6 +303,15 @@ std::string DeviceAllocator::validate_locked() const {
   c.expect(s.reserved_bytes.current == t.reserved, "reserved_bytes ", s.reserved_bytes.current,
            " != segments and pages ", t.reserved);
   c.expect(s.reserved_count.current == t.segments, "reserved_count disagrees with segments");
+  // Kept blocks are in no bin and are not live: each must be one FastFrees holds.
+  std::int64_t kept = 0;
+  fast_.for_each([&](const Block* b) {
+    c.expect(b->state == Block::State::fast && live_.find(b->addr) == nullptr, "kept block at ",
+             b->addr, " is not a freed block");
+    ++kept;
+  });
+  c.expect(kept == t.fast_blocks, "FastFrees keeps ", kept, " blocks, segments hold ",
+           t.fast_blocks);
   c.expect(s.cached_count.current == t.free_blocks, "cached_count ", s.cached_count.current,
            " != free blocks ", t.free_blocks);
   c.expect(s.slab_bytes.current == t.slab_bytes && s.slab_count.current == t.slabs,
