@@ -298,6 +298,25 @@ class CommandLineTest(unittest.TestCase):
                          {"max_rel": 0.0, "same_length": True, "compared": 2})
         self.assertIsNone(tw.values_diff([], [1.0]))
 
+    def test_torch_workloads_totals_and_mean_maps(self):
+        tw = load_script("tools/bench/torch_workloads.py")
+
+        def run(mode, steps_ms, maps):
+            return {"mode": mode, "status": "ok", "step_ms": steps_ms, "values": [1.0],
+                    "peak_reserved": 1 << 30, "peak_allocated": 1 << 30,
+                    "counter_deltas": [{"page_maps": m, "page_unmaps": 0} for m in maps]}
+
+        row = tw.summarize_row({
+            "native": run("native", [9.0, 9.0, 100.0, 200.0], [0] * 4),
+            "expandable": run("expandable", [9.0, 9.0, 100.0, 300.0], [0] * 4),
+            "cudalloc": run("cudalloc", [9.0, 9.0, 110.0, 220.0], [5, 0, 0, 0, 0, 12])})
+        # The warm-up steps are left out; the mean shows a spike that the median hides.
+        self.assertEqual(row["timed_total_ms"]["cudalloc"], 330.0)
+        self.assertEqual(row["maps_unmaps_per_step"], 0)
+        self.assertEqual(row["maps_unmaps_per_step_mean"], 4.0)
+        table = tw.totals_table([("w", row)])
+        self.assertIn("| w | 0.300 / 0.400 / 0.330 | +10.0% | -17.5% | 4.0 |", table)
+
     def test_adamw_offload_arguments_and_conf(self):
         ad = load_script("examples/offload/adamw_offload.py")
         args = ad.parse_args([])

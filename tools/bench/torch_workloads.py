@@ -291,6 +291,16 @@ def _steady(res, names):
     return statistics.median(sum(d.get(n, 0) for n in names) for d in tail) if tail else None
 
 
+def _mean_late(res, names):
+    """Mean over the last half of the steps of the summed per-step deltas of `names`: unlike
+    the median, it shows steps that remap a lot among many that remap nothing."""
+    if not res or any(n in res.get("counters_missing", []) for n in names):
+        return None
+    tail = res.get("counter_deltas", [])
+    tail = tail[len(tail) // 2:]
+    return sum(sum(d.get(n, 0) for n in names) for d in tail) / len(tail) if tail else None
+
+
 def values_diff(a, b):
     """Max relative difference of two loss/checksum lists over their common prefix
     (0.0: bitwise equal), and whether the lengths agree; None if either is empty."""
@@ -332,6 +342,7 @@ def summarize_row(runs):
         "timed_total_ms": {m: _timed_total_ms(runs.get(m)) for m in MODES},
         "step_time_vs_native_pct": (slower - 1) * 100 if slower else None,
         "maps_unmaps_per_step": _steady(cud, ["page_maps", "page_unmaps"]),
+        "maps_unmaps_per_step_mean": _mean_late(cud, ["page_maps", "page_unmaps"]),
         "page_waits_per_step": _steady(cud, ["page_waits"]),
         "device_allocs_per_step": _steady(cud, ["device_allocs"]),
         "values_vs_native": {m: values_diff(nat and nat.get("values"), r and r.get("values"))
@@ -400,6 +411,22 @@ def main_table(rows):
     return lines
 
 
+def totals_table(rows):
+    """Sums of the timed steps: where shapes vary, the steps that meet new sizes count."""
+    lines = ["| workload | timed steps total s native / expandable / cudalloc "
+             "| cudalloc total vs native | vs expandable "
+             "| maps+unmaps per step, mean of the last half |", "|---|---|---|---|---|"]
+    for label, row in rows:
+        totals = row["timed_total_ms"]
+        cells = [_cell(row, m, totals[m], lambda v: f"{v / 1e3:.3f}") for m in MODES]
+        vs = [_ratio(totals["cudalloc"], totals[m]) for m in ("native", "expandable")]
+        lines.append("| " + " | ".join(
+            [label, " / ".join(cells)] +
+            [_num((r - 1) * 100 if r else None, "{:+.1f}%") for r in vs] +
+            [_cell(row, "cudalloc", row["maps_unmaps_per_step_mean"], "{:.1f}".format)]) + " |")
+    return lines
+
+
 def fragmentation_table(rows):
     lines = ["| workload | peak allocated GiB native / expandable / cudalloc "
              "| reserved/allocated native | expandable | cudalloc |", "|---|---|---|---|---|"]
@@ -439,6 +466,8 @@ def print_report(results, args):
     print(_header(results, args))
     print()
     print("\n".join(main_table(rows)))
+    print()
+    print("\n".join(totals_table(rows)))
     print()
     print("\n".join(fragmentation_table(rows)))
     print()
