@@ -282,23 +282,26 @@ def _timed_total_ms(res):
     return sum(timed) if timed else None
 
 
-def _steady(res, names):
-    """Median over the last half of the steps of the summed per-step deltas of `names`."""
+def _late_sums(res, names):
+    """The summed per-step deltas of `names` over the last half of the steps, or None where
+    the run has no such counters or no steps."""
     if not res or any(n in res.get("counters_missing", []) for n in names):
         return None
     deltas = res.get("counter_deltas", [])
-    tail = deltas[len(deltas) // 2:]
-    return statistics.median(sum(d.get(n, 0) for n in names) for d in tail) if tail else None
+    return [sum(d.get(n, 0) for n in names) for d in deltas[len(deltas) // 2:]] or None
+
+
+def _steady(res, names):
+    """Median over the last half of the steps of the summed per-step deltas of `names`."""
+    sums = _late_sums(res, names)
+    return statistics.median(sums) if sums else None
 
 
 def _mean_late(res, names):
     """Mean over the last half of the steps of the summed per-step deltas of `names`: unlike
     the median, it shows steps that remap a lot among many that remap nothing."""
-    if not res or any(n in res.get("counters_missing", []) for n in names):
-        return None
-    tail = res.get("counter_deltas", [])
-    tail = tail[len(tail) // 2:]
-    return sum(sum(d.get(n, 0) for n in names) for d in tail) / len(tail) if tail else None
+    sums = _late_sums(res, names)
+    return sum(sums) / len(sums) if sums else None
 
 
 def values_diff(a, b):
