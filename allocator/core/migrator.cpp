@@ -42,6 +42,11 @@ Error Migrator::move(const AllocationSpan& span, Location to, StreamHandle strea
                   "device %d: %#zx cannot move: its memory is shared with another process "
                   "(CUDA IPC)", ordinal_, static_cast<std::size_t>(span.addr));
     }
+    if (page.phys != nullptr && page.phys->chunk != nullptr && !on(*page.phys, to)) {
+      return fail(Error::not_supported,
+                  "device %d: %#zx cannot move alone: it is in a region's memory, which "
+                  "moves with pause and resume", ordinal_, static_cast<std::size_t>(span.addr));
+    }
     pages.push_back(&page);
   }
   return move_pages(std::move(pages), to, stream);
@@ -51,6 +56,12 @@ Error Migrator::move_pages(std::vector<Page*> pages, Location to, StreamHandle s
                            Extent extent, std::vector<PhysicalPage*>* vacated) {
   std::erase_if(pages, [&](const Page* p) { return on(*p->phys, to); });
   if (pages.empty()) return Error::ok;
+  // A chunk's pages map only together (pool_types.h): they move in bulk moves only.
+  if (std::any_of(pages.begin(), pages.end(), [](const Page* p) { return p->phys->chunk; })) {
+    return fail(Error::not_supported,
+                "device %d: pages at %#zx are in a chunk, which moves only whole", ordinal_,
+                static_cast<std::size_t>(mapper_.address_of(*pages.front())));
+  }
   const StreamHandle own = pages.front()->segment->pool->stream;
   if (own != stream) sync_.order_after(own, stream);
   for (std::size_t at = 0; at < pages.size(); at += Staging::kStagingPages) {
@@ -239,7 +250,10 @@ Error Migrator::promote() {
       if (result != Error::ok || !seg->paged() || seg->mapped_pages == 0 || seg->paused) continue;
       std::vector<Page*> pages;
       for (Page& page : seg->pages) {
-        if (page.users > 0 && page.phys->host) pages.push_back(&page);
+        // A chunk's pages (a region's, after a failed pause) move with the region.
+        if (page.users > 0 && page.phys->host && page.phys->chunk == nullptr) {
+          pages.push_back(&page);
+        }
       }
       if (pages.empty()) continue;
       const Error err =

@@ -212,6 +212,7 @@ Error PageMapper::map(Page& page, PhysicalPage& phys) {
 }
 
 Error PageMapper::attach(Page& page, PhysicalPage& phys) {
+  if (phys.chunk != nullptr) return attach_chunk(page, phys);
   const std::uintptr_t va = address_of(page);
   const auto status = device_.map(va, page_size_, phys.handle, 0);
   if (status != device::Status::ok) {
@@ -228,7 +229,71 @@ Error PageMapper::attach(Page& page, PhysicalPage& phys) {
   return Error::ok;
 }
 
+Error PageMapper::chunk_span(Page& page, PhysicalChunk& chunk, std::size_t slot,
+                             std::size_t* first) const {
+  const Segment& seg = *page.segment;
+  const auto index = static_cast<std::size_t>(&page - seg.pages.data());
+  if (index < slot || index - slot + chunk.count() > seg.pages.size()) {
+    return fail(Error::device_error, "device %d: a chunk of %zu pages does not fit the "
+                "segment at %#zx at page %zu", ordinal_, chunk.count(),
+                static_cast<std::size_t>(seg.base), index);
+  }
+  *first = index - slot;
+  return Error::ok;
+}
+
+Error PageMapper::attach_chunk(Page& page, PhysicalPage& phys) {
+  // The chunk maps whole: page takes slot phys.slot, its neighbours the others.
+  PhysicalChunk& chunk = *phys.chunk;
+  Segment& seg = *page.segment;
+  std::size_t first = 0;
+  if (const Error err = chunk_span(page, chunk, phys.slot, &first); err != Error::ok) return err;
+  for (std::size_t j = 0; j < chunk.count(); ++j) {
+    if (seg.pages[first + j].phys != nullptr || !chunk.pages[j]->mappings.empty()) {
+      return fail(Error::device_error, "device %d: mapping a chunk at %#zx: its pages or "
+                  "memory are mapped already", ordinal_,
+                  static_cast<std::size_t>(seg.base + first * page_size_));
+    }
+  }
+  const std::uintptr_t va = seg.base + first * page_size_;
+  const auto status = device_.map(va, chunk.count() * page_size_, chunk.handle, 0);
+  if (status != device::Status::ok) {
+    if (status == device::Status::out_of_memory) return Error::out_of_memory;
+    return fail(Error::device_error, "device %d: mapping %zu pages at %#zx failed: %s %s",
+                ordinal_, chunk.count(), static_cast<std::size_t>(va),
+                device::status_name(status), device_.last_failure());
+  }
+  for (std::size_t j = 0; j < chunk.count(); ++j) {
+    Page& at = seg.pages[first + j];
+    at.segment = &seg;
+    at.phys = chunk.pages[j];
+    at.accessible = false;
+    ++seg.mapped_pages;
+    if (chunk.host) ++seg.host_mapped;
+    chunk.pages[j]->mappings.push_back(&at);
+    ledger_.page_mapped(va + j * page_size_, page_size_, seg.pool->stream);
+  }
+  return Error::ok;
+}
+
 Error PageMapper::grant(Page& page) {
+  if (page.phys != nullptr && page.phys->chunk != nullptr) {
+    // A grant covers whole mappings: the chunk's.
+    PhysicalChunk& chunk = *page.phys->chunk;
+    std::size_t first = 0;
+    if (const Error err = chunk_span(page, chunk, page.phys->slot, &first); err != Error::ok) {
+      return err;
+    }
+    Segment& seg = *page.segment;
+    const std::uintptr_t va = seg.base + first * page_size_;
+    if (device_.set_access(ordinal_, va, chunk.count() * page_size_) != device::Status::ok) {
+      return fail(Error::device_error, "device %d: granting access to %zu pages at %#zx "
+                  "failed: %s", ordinal_, chunk.count(), static_cast<std::size_t>(va),
+                  device_.last_failure());
+    }
+    for (std::size_t j = 0; j < chunk.count(); ++j) seg.pages[first + j].accessible = true;
+    return Error::ok;
+  }
   const std::uintptr_t va = address_of(page);
   const auto status = device_.set_access(ordinal_, va, page_size_);
   if (status != device::Status::ok) {
@@ -250,6 +315,7 @@ Error PageMapper::unmap(Page& page) {
 }
 
 Error PageMapper::unmap_now(Page& page) {
+  if (page.phys->chunk != nullptr) return unmap_chunk_now(page);
   const std::uintptr_t va = address_of(page);
   const auto status = device_.unmap(va, page_size_);
   if (status != device::Status::ok) {
@@ -258,6 +324,25 @@ Error PageMapper::unmap_now(Page& page) {
                 device_.last_failure());
   }
   note_unmapped(page);
+  return Error::ok;
+}
+
+Error PageMapper::unmap_chunk_now(Page& page) {
+  // A chunk unmaps whole: every page it is mapped at loses its mapping.
+  PhysicalChunk& chunk = *page.phys->chunk;
+  std::size_t first = 0;
+  if (const Error err = chunk_span(page, chunk, page.phys->slot, &first); err != Error::ok) {
+    return err;
+  }
+  Segment& seg = *page.segment;
+  const std::uintptr_t va = seg.base + first * page_size_;
+  const auto status = device_.unmap(va, chunk.count() * page_size_);
+  if (status != device::Status::ok) {
+    return fail(Error::device_error, "device %d: unmapping %zu pages at %#zx failed: %s %s",
+                ordinal_, chunk.count(), static_cast<std::size_t>(va),
+                device::status_name(status), device_.last_failure());
+  }
+  for (std::size_t j = 0; j < chunk.count(); ++j) note_unmapped(seg.pages[first + j]);
   return Error::ok;
 }
 
@@ -273,6 +358,7 @@ Error PageMapper::unmap_run_now(Segment& seg, std::size_t first, std::size_t cou
                 ordinal_, count, device::status_name(status), device_.last_failure());
   }
   for (std::size_t i = first; i < first + count; ++i) {
+    if (seg.pages[i].phys == nullptr) continue;  // a chunk unmapped with an earlier page
     if (const Error err = unmap_now(seg.pages[i]); err != Error::ok) return err;
   }
   return Error::ok;
@@ -289,7 +375,33 @@ void PageMapper::note_unmapped(Page& page) {
   ledger_.page_unmapped(va, page_size_, pool.stream);
 }
 
+Error PageMapper::evict_chunk(Page& page) {
+  PhysicalChunk& chunk = *page.phys->chunk;
+  std::size_t first = 0;
+  if (const Error err = chunk_span(page, chunk, page.phys->slot, &first); err != Error::ok) {
+    return err;
+  }
+  if (const Error err = unmap_now(page); err != Error::ok) return err;
+  Segment& seg = *page.segment;
+  for (std::size_t j = 0; j < chunk.count(); ++j) {
+    Page& at = seg.pages[first + j];
+    PhysicalPage& phys = *chunk.pages[j];
+    ledger_.page_dropped(page_size_);
+    at.users = 0;
+    at.idle_since = physical_.tick();
+    physical_.clear_owner(phys);
+    phys.last_pool = seg.pool;
+    physical_.make_idle(phys);
+  }
+  if (!physical_.release_chunk(&chunk)) {
+    log().warn("device {}: a paused chunk's memory stays cached: {}", ordinal_,
+               device_.last_failure());
+  }
+  return Error::ok;
+}
+
 Error PageMapper::evict(Page& page) {
+  if (page.phys->chunk != nullptr) return evict_chunk(page);
   PhysicalPage& phys = *page.phys;
   if (const Error err = unmap_now(page); err != Error::ok) return err;
   ledger_.page_dropped(page_size_);
@@ -316,23 +428,42 @@ void PageMapper::unmap_unused(Segment& seg, std::size_t first, std::size_t count
 }
 
 bool PageMapper::release_hold(Segment& seg) {
+  // Every hold ends before the unmaps, which take a chunk's pages together.
+  for (Page& page : seg.pages) {
+    if (page.phys == nullptr || page.users == 0) continue;
+    PhysicalPage& phys = *page.phys;
+    page.users = 0;
+    page.idle_since = physical_.tick();
+    physical_.clear_owner(phys);
+    phys.last_pool = seg.pool;
+    physical_.make_idle(phys);
+  }
   bool unmapped = true;
+  std::vector<PhysicalChunk*> device_chunks;
   for (Page& page : seg.pages) {
     if (page.phys == nullptr) continue;
-    PhysicalPage& phys = *page.phys;
-    if (page.users != 0) {
-      page.users = 0;
-      page.idle_since = physical_.tick();
-      physical_.clear_owner(phys);
-      phys.last_pool = seg.pool;
-      physical_.make_idle(phys);
-    }
-    unmapped = unmap_now(page) == Error::ok && unmapped;
+    PhysicalChunk* chunk = page.phys->chunk;
+    const bool ok = unmap_now(page) == Error::ok;
+    unmapped = ok && unmapped;
+    if (ok && chunk != nullptr && !chunk->host) device_chunks.push_back(chunk);
   }
+  // Device chunks serve bulk moves only: back to the driver (host chunks stay cached, for the
+  // next pause).
+  for (PhysicalChunk* chunk : device_chunks) physical_.release_chunk(chunk);
   return unmapped;
 }
 
 bool PageMapper::release_vacated(PhysicalPage& phys) {
+  if (phys.chunk != nullptr) {
+    // Told of each page once: the chunk goes with the last of them.
+    PhysicalChunk& chunk = *phys.chunk;
+    if (++chunk.vacated < chunk.count()) return true;
+    chunk.vacated = 0;
+    for (PhysicalPage* p : chunk.pages) {
+      if (!p->mappings.empty() && unmap_now(*p->mappings.back()) != Error::ok) return false;
+    }
+    return chunk.idle == chunk.count() && physical_.release_chunk(&chunk);
+  }
   // Its other mappings are pages without users that lost them before the held page took
   // phys; that page's work, which the caller waited for, was ordered after theirs.
   while (!phys.mappings.empty()) {
@@ -392,9 +523,14 @@ void PageMapper::drop(Segment& seg) {
   physical_.parked().forget(seg);
   std::size_t mapped = seg.mapped_pages;
   for (std::size_t i = 0; mapped != 0 && i < seg.pages.size(); ++i) {
-    if (seg.pages[i].phys == nullptr) continue;
-    device_.unmap(seg.base + i * page_size_, page_size_);
+    const PhysicalPage* phys = seg.pages[i].phys;
+    if (phys == nullptr) continue;
     --mapped;
+    if (phys->chunk == nullptr) {
+      device_.unmap(seg.base + i * page_size_, page_size_);
+    } else if (phys->slot == 0) {  // mapped whole from here
+      device_.unmap(seg.base + i * page_size_, phys->chunk->count() * page_size_);
+    }
   }
   device_.unreserve(seg.base, seg.size);
 }

@@ -99,7 +99,9 @@ class PageMapper {
 
   std::uintptr_t address_of(const Page& page) const;
   // Maps `phys` at `page` without the access grant (the caller grants it, maybe for many
-  // pages), or with it.
+  // pages), or with it. A chunk's page (pool_types.h) maps the whole chunk, its slot at
+  // `page` and the others at the pages around it, which must be unmapped; its grant and
+  // unmap_now also cover the whole chunk.
   Error attach(Page& page, PhysicalPage& phys);
   Error map(Page& page, PhysicalPage& phys);
   Error grant(Page& page);
@@ -113,10 +115,12 @@ class PageMapper {
 
   // Held segments (regions.h); the caller has waited for every piece of work that used them.
   // evict: the page loses its hold and its physical page, which is unmapped wherever it is
-  // mapped and returned to the driver (a host page too). On failure the page is as before;
+  // mapped and returned to the driver (a host page too; a chunk's page evicts the pages of
+  // the whole chunk). On failure the page is as before;
   // when only another mapping or the release fails, the page is evicted and its physical page
-  // stays idle (cached; a warning says so). release_vacated: a physical page that a moved page left (idle, maybe mapped
-  // at pages without users) goes back to the driver; false if it stays idle.
+  // stays idle (cached; a warning says so). release_vacated: a physical page that a moved page
+  // left (idle, maybe mapped at pages without users) goes back to the driver; false if it
+  // stays idle. A chunk goes back once each of its pages has been passed here.
   Error evict(Page& page);
   bool release_vacated(PhysicalPage& phys);
   // Unmaps the pages of [first, first + count) of `seg` that are mapped without users: idle
@@ -160,6 +164,11 @@ class PageMapper {
   }
   Error use_parked(Segment& seg, std::size_t first, std::size_t last, const Request& request);
   void note_unmapped(Page& page);  // the records of a mapping the driver has removed
+  // Chunks: the first of the pages a chunk maps at when `page` takes slot `slot`.
+  Error chunk_span(Page& page, PhysicalChunk& chunk, std::size_t slot, std::size_t* first) const;
+  Error attach_chunk(Page& page, PhysicalPage& phys);
+  Error unmap_chunk_now(Page& page);
+  Error evict_chunk(Page& page);  // evicts every page of the chunk; the chunk is released
   void drop_users(Segment& seg, std::size_t first, std::size_t last);
   // Grants access to the pages of [first, last] that use() mapped, one driver call per run of
   // consecutive pages (per page, cuMemSetAccess costs about 28 us; over a run, 0.3 us a

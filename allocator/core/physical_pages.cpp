@@ -150,6 +150,11 @@ Error PhysicalPages::create(Location where, PhysicalPage** out) {
 }
 
 Error PhysicalPages::share(PhysicalPage& phys, int* fd) {
+  if (phys.chunk != nullptr) {
+    return fail(Error::not_supported,
+                "device %d: memory of a region that pause and resume have moved cannot be "
+                "shared with another process", ordinal_);
+  }
   if (phys.shared_fd < 0) {
     if (phys.host) {
       return fail(Error::not_supported,
@@ -184,17 +189,122 @@ bool PhysicalPages::release(PhysicalPage* phys) {
   }
   close_share(*phys);
   take_idle(*phys);
+  if (phys->host) staging_.unmap_home(*phys);
+  forget(phys);
+  delete phys;
+  return true;
+}
+
+void PhysicalPages::forget(PhysicalPage* phys) {
   PhysicalPage* moved = pages_.back();
   pages_[phys->index] = moved;
   moved->index = phys->index;
   pages_.pop_back();
-  if (phys->host) {
-    --host_pages_;
-    staging_.unmap_home(*phys);
-  }
+  if (phys->host) --host_pages_;
   ledger_.released(phys->host ? Location::host : Location::device, 0, page_size_, 0);
-  delete phys;
+}
+
+PhysicalChunk* PhysicalPages::new_chunk(device::PhysicalHandle handle, bool host,
+                                        std::size_t count) {
+  auto* chunk = new PhysicalChunk;
+  chunk->handle = handle;
+  chunk->host = host;
+  chunk->pages.reserve(count);
+  for (std::size_t k = 0; k < count; ++k) {
+    auto* phys = new PhysicalPage;
+    phys->handle = handle;
+    phys->host = host;
+    phys->chunk = chunk;
+    phys->slot = static_cast<std::uint32_t>(k);
+    phys->index = pages_.size();
+    pages_.push_back(phys);
+    // Counted page by page, as single pages are: a chunk is `count` pages of reserved memory.
+    ledger_.reserved(host ? Location::host : Location::device, 0, page_size_, 0);
+    if (host) ++host_pages_;
+    chunk->pages.push_back(phys);
+  }
+  return chunk;
+}
+
+Error PhysicalPages::acquire_chunk(Location where, std::size_t count, PhysicalChunk** out) {
+  const bool host = where == Location::host;
+  auto unmapped = [](const PhysicalChunk* c) {
+    return std::all_of(c->pages.begin(), c->pages.end(),
+                       [](const PhysicalPage* p) { return p->mappings.empty(); });
+  };
+  for (auto it = idle_chunks_.begin(); it != idle_chunks_.end(); ++it) {
+    if ((*it)->host != host || (*it)->count() != count || !unmapped(*it)) continue;
+    *out = *it;
+    idle_chunks_.erase(it);
+    chunk_idle_pages_ -= count;
+    (*out)->idle = 0;
+    (*out)->vacated = 0;
+    return Error::ok;
+  }
+  const Stats& s = ledger_.stats();
+  const std::size_t bytes = count * page_size_;
+  auto room = [&] {
+    return host ? host_supported_ &&
+                      budget_.host_allows(
+                          static_cast<std::size_t>(s.host_reserved_bytes.current), bytes)
+                : budget_.device_allows(static_cast<std::size_t>(s.reserved_bytes.current),
+                                        bytes);
+  };
+  // Idle chunks of other sizes hold room no piece of this size can use: they go first.
+  for (std::size_t i = 0; !room() && i < idle_chunks_.size();) {
+    PhysicalChunk* other = idle_chunks_[i];
+    if (other->host == host && unmapped(other) && release_chunk(other)) continue;
+    ++i;
+  }
+  if (!room()) return Error::out_of_memory;
+  device::PhysicalHandle handle = 0;
+  if (device_.create_physical(ordinal_, bytes, where, &handle) != device::Status::ok) {
+    return Error::out_of_memory;  // whatever the reason: single pages say it precisely
+  }
+  PhysicalChunk* chunk = new_chunk(handle, host, count);
+  // Host chunks are written and read at their home (bulk_move.cpp); without one they are of
+  // no use.
+  if (host && !staging_.map_chunk_home(*chunk, page_size_)) {
+    chunk->idle = count;
+    idle_chunks_.push_back(chunk);
+    chunk_idle_pages_ += count;
+    release_chunk(chunk);
+    return Error::out_of_memory;
+  }
+  *out = chunk;
+  return Error::ok;
+}
+
+void PhysicalPages::chunk_page_idle(PhysicalPage& phys) {
+  PhysicalChunk& chunk = *phys.chunk;
+  if (++chunk.idle < chunk.count()) return;
+  idle_chunks_.push_back(&chunk);
+  chunk_idle_pages_ += chunk.count();
+}
+
+bool PhysicalPages::release_chunk(PhysicalChunk* chunk) {
+  if (device_.release_physical(chunk->handle) != device::Status::ok) {
+    log().warn("device {}: releasing {} pages of physical memory failed: {}; kept for the "
+               "next try", ordinal_, chunk->count(), device_.last_failure());
+    return false;
+  }
+  staging_.unmap_chunk_home(*chunk, page_size_);
+  std::erase(idle_chunks_, chunk);
+  chunk_idle_pages_ -= chunk->count();
+  for (PhysicalPage* phys : chunk->pages) {
+    forget(phys);
+    delete phys;
+  }
+  delete chunk;
   return true;
+}
+
+std::size_t PhysicalPages::idle_chunk_pages(Location where) const {
+  std::size_t pages = 0;
+  for (const PhysicalChunk* chunk : idle_chunks_) {
+    if (chunk->host == (where == Location::host)) pages += chunk->count();
+  }
+  return pages;
 }
 
 std::size_t PhysicalPages::release_idle() {
@@ -209,6 +319,13 @@ std::size_t PhysicalPages::release_idle() {
     if (phys->mappings.empty()) release(phys);  // host memory: not counted
     phys = next;
   }
+  const std::vector<PhysicalChunk*> chunks = idle_chunks_;
+  for (PhysicalChunk* chunk : chunks) {
+    const std::size_t bytes = chunk->host ? 0 : chunk->count() * page_size_;
+    const bool unmapped = std::all_of(chunk->pages.begin(), chunk->pages.end(),
+                                      [](const PhysicalPage* p) { return p->mappings.empty(); });
+    if (unmapped && release_chunk(chunk)) released += bytes;
+  }
   chronic_ = 0;  // the memory they were counted against is gone or idle
   return released;
 }
@@ -221,12 +338,29 @@ void PhysicalPages::probe_host() {
 
 void PhysicalPages::drop_all() {
   for (PhysicalPage* phys : pages_) {
+    if (PhysicalChunk* chunk = phys->chunk; chunk != nullptr) {
+      if (phys->slot == 0) {  // the chunk's first page stands for it
+        staging_.unmap_chunk_home(*chunk, page_size_);
+        device_.release_physical(chunk->handle);
+      }
+      continue;  // deleted with the chunk below
+    }
     if (phys->home != 0) device_.unmap(phys->home, page_size_);
     device_.release_physical(phys->handle);
     close_share(*phys);
     delete phys;
   }
+  std::vector<PhysicalChunk*> chunks;
+  for (PhysicalPage* phys : pages_) {
+    if (phys->chunk != nullptr && phys->slot == 0) chunks.push_back(phys->chunk);
+  }
+  for (PhysicalChunk* chunk : chunks) {
+    for (PhysicalPage* phys : chunk->pages) delete phys;
+    delete chunk;
+  }
   pages_.clear();
+  idle_chunks_.clear();
+  chunk_idle_pages_ = 0;
   chronic_ = 0;
   device_idle_ = IdleList{};
   host_idle_ = IdleList{};

@@ -10,6 +10,10 @@
 //   - reserved (host_reserved) bytes count every device (host) page, idle or not.
 // Idle device pages are in the idle list or parked in runs (parked_pages.h); both count as
 // idle, and acquire takes the oldest or newest of either as if they were one list.
+// Chunks (pool_types.h) are several pages in one physical allocation, for the bulk moves of
+// regions only: their pages are in pages_ and counted like any other, but never in an idle
+// list (they cannot be mapped alone). A chunk is idle whole or not at all between calls; an
+// idle chunk is in idle_chunks_, where acquire_chunk finds it, and release_idle returns it.
 // The epoch counts the times a page lost its last user or became idle: page_mapper.h uses it
 // to know which idle pages queued work may still use. Not thread-safe: the device allocator's
 // lock guards it.
@@ -64,6 +68,17 @@ class PhysicalPages {
   Error create(device::Location where, PhysicalPage** out);
   // Returns an idle page mapped nowhere to the driver; false (and kept) on failure.
   bool release(PhysicalPage* phys);
+  // `count` pages in one physical allocation at `where`, for a bulk move: an idle chunk of
+  // that size, else new memory within the budget (a host chunk with its home mapped). Its
+  // pages have no owner and are not idle on return. out_of_memory when there is no room or
+  // the driver refuses (the caller takes single pages instead).
+  Error acquire_chunk(device::Location where, std::size_t count, PhysicalChunk** out);
+  // Returns a wholly idle chunk mapped nowhere but at its home to the driver; false (kept
+  // idle) on failure.
+  bool release_chunk(PhysicalChunk* chunk);
+  // Pages in idle chunks at `where`.
+  std::size_t idle_chunk_pages(device::Location where) const;
+  const std::vector<PhysicalChunk*>& idle_chunks() const { return idle_chunks_; }
   // A POSIX file descriptor of `phys` for another process (CUDA IPC of paged memory): exported
   // at the first call, the same one afterwards, open until the page is released (the other
   // process takes it over whenever it opens the share). not_supported for host pages and
@@ -78,6 +93,7 @@ class PhysicalPages {
   // allocation and free in paged segments.)
   void make_idle(PhysicalPage& phys) {
     phys.idle_since = tick();
+    if (phys.chunk != nullptr) return chunk_page_idle(phys);
     append_idle(phys);
   }
   // Appends `phys` to its idle list keeping its idle_since (which must be the newest).
@@ -132,7 +148,8 @@ class PhysicalPages {
   std::size_t count() const { return pages_.size(); }
   std::size_t host_count() const { return host_pages_; }
   std::size_t device_idle() const { return device_idle_.count + parked_.count(); }
-  std::size_t idle() const { return device_idle() + host_idle_.count; }
+  // Idle pages, with those of idle chunks (which serve bulk moves only).
+  std::size_t idle() const { return device_idle() + host_idle_.count + chunk_idle_pages_; }
   // Device pages that serve a virtual page now.
   std::size_t device_owned() const { return pages_.size() - host_pages_ - device_idle(); }
   const std::vector<PhysicalPage*>& all() const { return pages_; }
@@ -145,6 +162,10 @@ class PhysicalPages {
 
  private:
   void close_share(PhysicalPage& phys);  // closes the exported descriptor, if any
+  void chunk_page_idle(PhysicalPage& phys);
+  // Takes `phys` out of pages_ and the counts (release, release_chunk).
+  void forget(PhysicalPage* phys);
+  PhysicalChunk* new_chunk(device::PhysicalHandle handle, bool host, std::size_t count);
   IdleList& idle_of(const PhysicalPage& phys) { return phys.host ? host_idle_ : device_idle_; }
   // Takes the oldest (newest) idle device page, listed or parked; requires one.
   PhysicalPage* take_device_idle(bool newest);
@@ -162,6 +183,8 @@ class PhysicalPages {
   IdleList device_idle_;
   ParkedPages parked_;
   IdleList host_idle_;
+  std::vector<PhysicalChunk*> idle_chunks_;  // wholly idle chunks, oldest first
+  std::size_t chunk_idle_pages_ = 0;         // their pages
   std::size_t host_pages_ = 0;   // host-located pages among pages_
   std::uint64_t epoch_ = 0;
   std::size_t chronic_ = 0;      // device pages created for chronic conflicts

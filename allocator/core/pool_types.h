@@ -62,8 +62,10 @@ struct Page {
   std::uint64_t idle_since = 0;  // the page epoch at which its users last dropped to 0
 };
 
+struct PhysicalChunk;
+
 struct PhysicalPage {
-  device::PhysicalHandle handle = 0;
+  device::PhysicalHandle handle = 0;  // a chunk's pages share the chunk's handle
   bool host = false;  // host-located (the host tier), else device memory
   std::uintptr_t home = 0;  // host pages: an accessible mapping outside every segment, or 0
   Page* owner = nullptr;
@@ -77,6 +79,26 @@ struct PhysicalPage {
   int shared_fd = -1;
   PhysicalPage* idle_prev = nullptr;
   PhysicalPage* idle_next = nullptr;
+  // Set for a page of a chunk (below): its position in it. Such a page is never in an idle
+  // list and never mapped alone.
+  PhysicalChunk* chunk = nullptr;
+  std::uint32_t slot = 0;
+};
+
+// One physical allocation of several pages that moves as one piece (physical_pages.h,
+// chunks): the driver maps an allocation only whole, and per page its calls cost 10-60 times
+// what they cost for a 64 MiB allocation (docs/offload.md). Only a region's bulk moves
+// (bulk_move.cpp) create chunks, for consecutive pages of one held segment; a chunk is mapped
+// whole at those pages (page slot k at the first page's address + k pages) or nowhere, and
+// host chunks also at their home range.
+struct PhysicalChunk {
+  device::PhysicalHandle handle = 0;
+  bool host = false;
+  std::uintptr_t home = 0;           // host chunks: their whole range mapped with access, or 0
+  std::vector<PhysicalPage*> pages;  // in slot order
+  std::size_t idle = 0;              // pages without owner
+  std::size_t vacated = 0;           // pages release_vacated was told of since it was taken
+  std::size_t count() const { return pages.size(); }
 };
 
 // A run of consecutive idle pages of one segment, parked by the free of the block that used

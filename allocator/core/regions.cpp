@@ -203,7 +203,9 @@ Error DeviceAllocator::pause_region(RegionId id, bool keep, bool streams_known) 
     if (keep && device_pages != 0) {
       // host_limit covers the whole region up front: pause changes nothing when it cannot.
       const std::size_t need = device_pages * mapper_.page_size();
-      const std::size_t idle_host = physical_.host_idle_list().count * mapper_.page_size();
+      const std::size_t idle_host =
+          (physical_.host_idle_list().count + physical_.idle_chunk_pages(Location::host)) *
+          mapper_.page_size();
       const auto held = static_cast<std::size_t>(ledger_.stats().host_reserved_bytes.current);
       if (need > idle_host && !budget_.host_allows(held, need - idle_host)) {
         return fail(Error::out_of_memory,

@@ -79,6 +79,37 @@ void Staging::unmap_home(PhysicalPage& phys) {
   phys.home = 0;
 }
 
+bool Staging::map_chunk_home(PhysicalChunk& chunk, std::size_t page_size) {
+  const std::size_t bytes = chunk.count() * page_size;
+  std::uintptr_t va = 0;
+  if (device_.reserve(ordinal_, bytes, &va) != device::Status::ok) return false;
+  if (device_.map(va, bytes, chunk.handle, 0) != device::Status::ok) {
+    device_.unreserve(va, bytes);
+    return false;
+  }
+  chunk.home = va;
+  if (device_.set_access(ordinal_, va, bytes) != device::Status::ok) {
+    unmap_chunk_home(chunk, page_size);
+    return false;
+  }
+  for (PhysicalPage* phys : chunk.pages) phys->home = va + phys->slot * page_size;
+  return true;
+}
+
+void Staging::unmap_chunk_home(PhysicalChunk& chunk, std::size_t page_size) {
+  if (chunk.home == 0) return;
+  const Range home{chunk.home, chunk.count() * page_size};
+  chunk.home = 0;
+  for (PhysicalPage* phys : chunk.pages) phys->home = 0;
+  if (device_.unmap(home.va, home.bytes) != device::Status::ok) {
+    log().warn("device {}: unmapping a host chunk's home failed: {}", ordinal_,
+               device_.last_failure());
+    stray_homes_.push_back(home);
+    return;
+  }
+  device_.unreserve(home.va, home.bytes);
+}
+
 bool Staging::grant_range(std::uintptr_t va, std::size_t count) {
   if (device_.set_access(ordinal_, va, count * page_size_) == device::Status::ok) return true;
   log().debug("device {}: granting access to {} pages in one call failed ({}); page by page",
@@ -92,6 +123,11 @@ bool Staging::grant_range(std::uintptr_t va, std::size_t count) {
 }
 
 void Staging::release_strays() {
+  std::erase_if(stray_homes_, [&](const Range& home) {
+    if (device_.unmap(home.va, home.bytes) != device::Status::ok) return false;
+    device_.unreserve(home.va, home.bytes);
+    return true;
+  });
   std::erase_if(stray_pages_, [&](std::uintptr_t va) {
     return device_.unmap(va, page_size_) == device::Status::ok;
   });
@@ -108,6 +144,7 @@ void Staging::forget_strays() {
   release_strays();
   stray_pages_.clear();
   stray_ranges_.clear();
+  stray_homes_.clear();
 }
 
 void Staging::drop() {

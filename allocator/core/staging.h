@@ -39,11 +39,18 @@ class Staging {
   // wrong).
   void map_home(PhysicalPage& phys);
   void unmap_home(PhysicalPage& phys);
+  // A host chunk's home: a range of its own, the chunk mapped there whole with access; each
+  // page's home is its slot in it. False (no home) on failure. unmap_chunk_home: a range whose
+  // unmap fails stays reserved as a stray (release_strays retries it).
+  bool map_chunk_home(PhysicalChunk& chunk, std::size_t page_size);
+  void unmap_chunk_home(PhysicalChunk& chunk, std::size_t page_size);
 
   // Grants access to `count` pages mapped from `va` on: one call, else page by page.
   bool grant_range(std::uintptr_t va, std::size_t count);
   void release_strays();
-  bool has_strays() const { return !stray_pages_.empty() || !stray_ranges_.empty(); }
+  bool has_strays() const {
+    return !stray_pages_.empty() || !stray_ranges_.empty() || !stray_homes_.empty();
+  }
   // reset: retries the strays and forgets the rest; then drop() returns the ranges (after the
   // physical pages, whose home mappings lie in them, are gone).
   void forget_strays();
@@ -58,6 +65,11 @@ class Staging {
   std::vector<std::uintptr_t> free_homes_;
   std::vector<std::uintptr_t> stray_pages_;   // staging or home pages left mapped
   std::vector<std::uintptr_t> stray_ranges_;  // retired staging ranges (kStagingPages each)
+  struct Range {
+    std::uintptr_t va;
+    std::size_t bytes;
+  };
+  std::vector<Range> stray_homes_;  // chunk homes left mapped: unmapped, then unreserved
 };
 
 }  // namespace cudalloc

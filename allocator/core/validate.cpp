@@ -175,6 +175,37 @@ void check_pages(Checker& c, const Segment* seg, std::size_t page_size, Totals& 
            seg->host_mapped, " pages mapped to host pages, its records ", host_mapped);
 }
 
+// A chunk (pool_types.h): its pages point back at it; it is idle whole or not at all, listed
+// exactly when idle; mapped whole at consecutive pages of one segment in slot order, or not
+// at all (its home aside).
+void check_chunk(Checker& c, const PhysicalChunk& chunk, const PhysicalPages& physical,
+                 std::size_t page_size) {
+  std::size_t idle = 0, mapped = 0;
+  for (std::size_t k = 0; k < chunk.count() && c.ok(); ++k) {
+    const PhysicalPage* p = chunk.pages[k];
+    c.expect(p->chunk == &chunk && p->slot == k && p->handle == chunk.handle &&
+                 p->host == chunk.host,
+             "a chunk's page ", k, " does not point back at it");
+    c.expect(p->home == (chunk.home != 0 ? chunk.home + k * page_size : 0),
+             "a chunk's page ", k, " has the wrong home");
+    if (p->owner == nullptr) ++idle;
+    c.expect(p->mappings.size() <= 1, "a chunk's page is mapped at ", p->mappings.size(),
+             " pages");
+    if (p->mappings.empty()) continue;
+    ++mapped;
+    const Page* first = chunk.pages[0]->mappings.empty() ? nullptr : chunk.pages[0]->mappings[0];
+    c.expect(first != nullptr && p->mappings[0]->segment == first->segment &&
+                 p->mappings[0] == first + k,
+             "a chunk is not mapped whole at consecutive pages in slot order");
+  }
+  c.expect(mapped == 0 || mapped == chunk.count(), "a chunk is mapped in part");
+  c.expect(idle == chunk.idle && (idle == 0 || idle == chunk.count()), "a chunk counts ",
+           chunk.idle, " idle pages, has ", idle, " of ", chunk.count());
+  const auto& listed = physical.idle_chunks();
+  const bool in_list = std::find(listed.begin(), listed.end(), &chunk) != listed.end();
+  c.expect(in_list == (idle == chunk.count()), "an idle chunk is not listed, or the reverse");
+}
+
 }  // namespace
 
 std::string DeviceAllocator::validate_locked() const {
@@ -242,6 +273,7 @@ std::string DeviceAllocator::validate_locked() const {
     std::size_t in_list = 0;
     for (const PhysicalPage* p = list->head; p != nullptr && c.ok(); p = p->idle_next) {
       c.expect(p->owner == nullptr, "a physical page in the idle list has an owner");
+      c.expect(p->chunk == nullptr, "a chunk's page is in an idle list");
       c.expect(p->host == (list == &host_idle), "a physical page is in the wrong idle list");
       c.expect(p->idle_since > last_epoch, "the idle list is out of order");
       last_epoch = p->idle_since;
@@ -250,6 +282,11 @@ std::string DeviceAllocator::validate_locked() const {
     c.expect(in_list == list->count, "an idle list counts ", list->count, " pages, holds ",
              in_list);
     listed += static_cast<std::int64_t>(in_list);
+  }
+  for (const PhysicalChunk* chunk : physical_.idle_chunks()) {
+    c.expect(chunk->idle == chunk->count(), "a listed idle chunk counts ", chunk->idle,
+             " idle pages of ", chunk->count());
+    listed += static_cast<std::int64_t>(chunk->count());
   }
   std::int64_t host_pages = 0;
   std::int64_t mappings = 0, idle = 0;
@@ -264,6 +301,7 @@ std::string DeviceAllocator::validate_locked() const {
       c.expect(m == p->owner || m->users == 0, "physical page ", i,
                " is mapped at a used page that does not own it");
     }
+    if (p->chunk != nullptr && p->slot == 0) check_chunk(c, *p->chunk, physical_, page_size_);
     mappings += static_cast<std::int64_t>(p->mappings.size());
     if (p->owner == nullptr) ++idle;
     if (p->host) {
