@@ -337,11 +337,15 @@ void PhysicalPages::probe_host() {
 }
 
 void PhysicalPages::drop_all() {
+  // Chunks are collected in the same pass that deletes single pages: pages_ holds deleted
+  // pointers once the pass is over, so it is not walked again.
+  std::vector<PhysicalChunk*> chunks;
   for (PhysicalPage* phys : pages_) {
     if (PhysicalChunk* chunk = phys->chunk; chunk != nullptr) {
       if (phys->slot == 0) {  // the chunk's first page stands for it
         staging_.unmap_chunk_home(*chunk, page_size_);
         device_.release_physical(chunk->handle);
+        chunks.push_back(chunk);
       }
       continue;  // deleted with the chunk below
     }
@@ -349,10 +353,6 @@ void PhysicalPages::drop_all() {
     device_.release_physical(phys->handle);
     close_share(*phys);
     delete phys;
-  }
-  std::vector<PhysicalChunk*> chunks;
-  for (PhysicalPage* phys : pages_) {
-    if (phys->chunk != nullptr && phys->slot == 0) chunks.push_back(phys->chunk);
   }
   for (PhysicalChunk* chunk : chunks) {
     for (PhysicalPage* phys : chunk->pages) delete phys;
