@@ -281,9 +281,7 @@ Error PageMapper::grant(Page& page) {
     // A grant covers whole mappings: the chunk's.
     PhysicalChunk& chunk = *page.phys->chunk;
     std::size_t first = 0;
-    if (const Error err = chunk_span(page, chunk, page.phys->slot, &first); err != Error::ok) {
-      return err;
-    }
+    if (const Error err = mapped_chunk_span(page, &first); err != Error::ok) return err;
     Segment& seg = *page.segment;
     const std::uintptr_t va = seg.base + first * page_size_;
     if (device_.set_access(ordinal_, va, chunk.count() * page_size_) != device::Status::ok) {
@@ -331,9 +329,7 @@ Error PageMapper::unmap_chunk_now(Page& page) {
   // A chunk unmaps whole: every page it is mapped at loses its mapping.
   PhysicalChunk& chunk = *page.phys->chunk;
   std::size_t first = 0;
-  if (const Error err = chunk_span(page, chunk, page.phys->slot, &first); err != Error::ok) {
-    return err;
-  }
+  if (const Error err = mapped_chunk_span(page, &first); err != Error::ok) return err;
   Segment& seg = *page.segment;
   const std::uintptr_t va = seg.base + first * page_size_;
   const auto status = device_.unmap(va, chunk.count() * page_size_);
@@ -378,9 +374,7 @@ void PageMapper::note_unmapped(Page& page) {
 Error PageMapper::evict_chunk(Page& page) {
   PhysicalChunk& chunk = *page.phys->chunk;
   std::size_t first = 0;
-  if (const Error err = chunk_span(page, chunk, page.phys->slot, &first); err != Error::ok) {
-    return err;
-  }
+  if (const Error err = mapped_chunk_span(page, &first); err != Error::ok) return err;
   if (const Error err = unmap_now(page); err != Error::ok) return err;
   Segment& seg = *page.segment;
   for (std::size_t j = 0; j < chunk.count(); ++j) {

@@ -166,6 +166,10 @@ class PageMapper {
   void note_unmapped(Page& page);  // the records of a mapping the driver has removed
   // Chunks: the first of the pages a chunk maps at when `page` takes slot `slot`.
   Error chunk_span(Page& page, PhysicalChunk& chunk, std::size_t slot, std::size_t* first) const;
+  // The same for a page mapped to a chunk already: its chunk and slot are the page's own.
+  Error mapped_chunk_span(Page& page, std::size_t* first) const {
+    return chunk_span(page, *page.phys->chunk, page.phys->slot, first);
+  }
   Error attach_chunk(Page& page, PhysicalPage& phys);
   Error unmap_chunk_now(Page& page);
   Error evict_chunk(Page& page);  // evicts every page of the chunk; the chunk is released
