@@ -228,12 +228,8 @@ PhysicalChunk* PhysicalPages::new_chunk(device::PhysicalHandle handle, bool host
 
 Error PhysicalPages::acquire_chunk(Location where, std::size_t count, PhysicalChunk** out) {
   const bool host = where == Location::host;
-  auto unmapped = [](const PhysicalChunk* c) {
-    return std::all_of(c->pages.begin(), c->pages.end(),
-                       [](const PhysicalPage* p) { return p->mappings.empty(); });
-  };
   for (auto it = idle_chunks_.begin(); it != idle_chunks_.end(); ++it) {
-    if ((*it)->host != host || (*it)->count() != count || !unmapped(*it)) continue;
+    if ((*it)->host != host || (*it)->count() != count || !(*it)->mapped_nowhere()) continue;
     *out = *it;
     idle_chunks_.erase(it);
     chunk_idle_pages_ -= count;
@@ -253,7 +249,7 @@ Error PhysicalPages::acquire_chunk(Location where, std::size_t count, PhysicalCh
   // Idle chunks of other sizes hold room no piece of this size can use: they go first.
   for (std::size_t i = 0; !room() && i < idle_chunks_.size();) {
     PhysicalChunk* other = idle_chunks_[i];
-    if (other->host == host && unmapped(other) && release_chunk(other)) continue;
+    if (other->host == host && other->mapped_nowhere() && release_chunk(other)) continue;
     ++i;
   }
   if (!room()) return Error::out_of_memory;
@@ -264,7 +260,7 @@ Error PhysicalPages::acquire_chunk(Location where, std::size_t count, PhysicalCh
   PhysicalChunk* chunk = new_chunk(handle, host, count);
   // Host chunks are written and read at their home (bulk_move.cpp); without one they are of
   // no use.
-  if (host && !staging_.map_chunk_home(*chunk, page_size_)) {
+  if (host && !staging_.map_chunk_home(*chunk)) {
     chunk->idle = count;
     idle_chunks_.push_back(chunk);
     chunk_idle_pages_ += count;
@@ -288,7 +284,7 @@ bool PhysicalPages::release_chunk(PhysicalChunk* chunk) {
                "next try", ordinal_, chunk->count(), device_.last_failure());
     return false;
   }
-  staging_.unmap_chunk_home(*chunk, page_size_);
+  staging_.unmap_chunk_home(*chunk);
   std::erase(idle_chunks_, chunk);
   chunk_idle_pages_ -= chunk->count();
   for (PhysicalPage* phys : chunk->pages) {
@@ -322,9 +318,7 @@ std::size_t PhysicalPages::release_idle() {
   const std::vector<PhysicalChunk*> chunks = idle_chunks_;
   for (PhysicalChunk* chunk : chunks) {
     const std::size_t bytes = chunk->host ? 0 : chunk->count() * page_size_;
-    const bool unmapped = std::all_of(chunk->pages.begin(), chunk->pages.end(),
-                                      [](const PhysicalPage* p) { return p->mappings.empty(); });
-    if (unmapped && release_chunk(chunk)) released += bytes;
+    if (chunk->mapped_nowhere() && release_chunk(chunk)) released += bytes;
   }
   chronic_ = 0;  // the memory they were counted against is gone or idle
   return released;
@@ -343,7 +337,7 @@ void PhysicalPages::drop_all() {
   for (PhysicalPage* phys : pages_) {
     if (PhysicalChunk* chunk = phys->chunk; chunk != nullptr) {
       if (phys->slot == 0) {  // the chunk's first page stands for it
-        staging_.unmap_chunk_home(*chunk, page_size_);
+        staging_.unmap_chunk_home(*chunk);
         device_.release_physical(chunk->handle);
         chunks.push_back(chunk);
       }

@@ -99,6 +99,13 @@ struct PhysicalChunk {
   std::size_t idle = 0;              // pages without owner
   std::size_t vacated = 0;           // pages release_vacated was told of since it was taken
   std::size_t count() const { return pages.size(); }
+  // No page of the chunk is mapped in a segment (its home aside).
+  bool mapped_nowhere() const {
+    for (const PhysicalPage* p : pages) {
+      if (!p->mappings.empty()) return false;
+    }
+    return true;
+  }
 };
 
 // A run of consecutive idle pages of one segment, parked by the free of the block that used

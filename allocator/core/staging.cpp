@@ -79,8 +79,8 @@ void Staging::unmap_home(PhysicalPage& phys) {
   phys.home = 0;
 }
 
-bool Staging::map_chunk_home(PhysicalChunk& chunk, std::size_t page_size) {
-  const std::size_t bytes = chunk.count() * page_size;
+bool Staging::map_chunk_home(PhysicalChunk& chunk) {
+  const std::size_t bytes = chunk.count() * page_size_;
   std::uintptr_t va = 0;
   if (device_.reserve(ordinal_, bytes, &va) != device::Status::ok) return false;
   if (device_.map(va, bytes, chunk.handle, 0) != device::Status::ok) {
@@ -89,16 +89,16 @@ bool Staging::map_chunk_home(PhysicalChunk& chunk, std::size_t page_size) {
   }
   chunk.home = va;
   if (device_.set_access(ordinal_, va, bytes) != device::Status::ok) {
-    unmap_chunk_home(chunk, page_size);
+    unmap_chunk_home(chunk);
     return false;
   }
-  for (PhysicalPage* phys : chunk.pages) phys->home = va + phys->slot * page_size;
+  for (PhysicalPage* phys : chunk.pages) phys->home = va + phys->slot * page_size_;
   return true;
 }
 
-void Staging::unmap_chunk_home(PhysicalChunk& chunk, std::size_t page_size) {
+void Staging::unmap_chunk_home(PhysicalChunk& chunk) {
   if (chunk.home == 0) return;
-  const Range home{chunk.home, chunk.count() * page_size};
+  const Range home{chunk.home, chunk.count() * page_size_};
   chunk.home = 0;
   for (PhysicalPage* phys : chunk.pages) phys->home = 0;
   if (device_.unmap(home.va, home.bytes) != device::Status::ok) {

@@ -42,8 +42,8 @@ class Staging {
   // A host chunk's home: a range of its own, the chunk mapped there whole with access; each
   // page's home is its slot in it. False (no home) on failure. unmap_chunk_home: a range whose
   // unmap fails stays reserved as a stray (release_strays retries it).
-  bool map_chunk_home(PhysicalChunk& chunk, std::size_t page_size);
-  void unmap_chunk_home(PhysicalChunk& chunk, std::size_t page_size);
+  bool map_chunk_home(PhysicalChunk& chunk);
+  void unmap_chunk_home(PhysicalChunk& chunk);
 
   // Grants access to `count` pages mapped from `va` on: one call, else page by page.
   bool grant_range(std::uintptr_t va, std::size_t count);
