@@ -371,6 +371,14 @@ void PageMapper::note_unmapped(Page& page) {
   ledger_.page_unmapped(va, page_size_, pool.stream);
 }
 
+void PageMapper::end_hold(Page& page, PhysicalPage& phys) {
+  page.users = 0;
+  page.idle_since = physical_.tick();
+  physical_.clear_owner(phys);
+  phys.last_pool = page.segment->pool;
+  physical_.make_idle(phys);
+}
+
 Error PageMapper::evict_chunk(Page& page) {
   PhysicalChunk& chunk = *page.phys->chunk;
   std::size_t first = 0;
@@ -378,14 +386,8 @@ Error PageMapper::evict_chunk(Page& page) {
   if (const Error err = unmap_now(page); err != Error::ok) return err;
   Segment& seg = *page.segment;
   for (std::size_t j = 0; j < chunk.count(); ++j) {
-    Page& at = seg.pages[first + j];
-    PhysicalPage& phys = *chunk.pages[j];
     ledger_.page_dropped(page_size_);
-    at.users = 0;
-    at.idle_since = physical_.tick();
-    physical_.clear_owner(phys);
-    phys.last_pool = seg.pool;
-    physical_.make_idle(phys);
+    end_hold(seg.pages[first + j], *chunk.pages[j]);
   }
   if (!physical_.release_chunk(&chunk)) {
     log().warn("device {}: a paused chunk's memory stays cached: {}", ordinal_,
@@ -399,11 +401,7 @@ Error PageMapper::evict(Page& page) {
   PhysicalPage& phys = *page.phys;
   if (const Error err = unmap_now(page); err != Error::ok) return err;
   ledger_.page_dropped(page_size_);
-  page.users = 0;
-  page.idle_since = physical_.tick();
-  physical_.clear_owner(phys);
-  phys.last_pool = page.segment->pool;
-  physical_.make_idle(phys);
+  end_hold(page, phys);
   // The page is dropped either way; a physical page the driver keeps stays idle (cached).
   if (!release_vacated(phys)) {
     log().warn("device {}: a paused page's memory stays cached: {}", ordinal_,
@@ -424,13 +422,7 @@ void PageMapper::unmap_unused(Segment& seg, std::size_t first, std::size_t count
 bool PageMapper::release_hold(Segment& seg) {
   // Every hold ends before the unmaps, which take a chunk's pages together.
   for (Page& page : seg.pages) {
-    if (page.phys == nullptr || page.users == 0) continue;
-    PhysicalPage& phys = *page.phys;
-    page.users = 0;
-    page.idle_since = physical_.tick();
-    physical_.clear_owner(phys);
-    phys.last_pool = seg.pool;
-    physical_.make_idle(phys);
+    if (page.phys != nullptr && page.users != 0) end_hold(page, *page.phys);
   }
   bool unmapped = true;
   std::vector<PhysicalChunk*> device_chunks;

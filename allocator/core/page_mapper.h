@@ -164,6 +164,8 @@ class PageMapper {
   }
   Error use_parked(Segment& seg, std::size_t first, std::size_t last, const Request& request);
   void note_unmapped(Page& page);  // the records of a mapping the driver has removed
+  // A held page (regions.h) lets go of `phys`, which it owned: no users, `phys` idle.
+  void end_hold(Page& page, PhysicalPage& phys);
   // Chunks: the first of the pages a chunk maps at when `page` takes slot `slot`.
   Error chunk_span(Page& page, PhysicalChunk& chunk, std::size_t slot, std::size_t* first) const;
   // The same for a page mapped to a chunk already: its chunk and slot are the page's own.
