@@ -42,11 +42,6 @@ Error Migrator::move(const AllocationSpan& span, Location to, StreamHandle strea
                   "device %d: %#zx cannot move: its memory is shared with another process "
                   "(CUDA IPC)", ordinal_, static_cast<std::size_t>(span.addr));
     }
-    if (page.phys != nullptr && page.phys->chunk != nullptr && !on(*page.phys, to)) {
-      return fail(Error::not_supported,
-                  "device %d: %#zx cannot move alone: it is in a region's memory, which "
-                  "moves with pause and resume", ordinal_, static_cast<std::size_t>(span.addr));
-    }
     pages.push_back(&page);
   }
   return move_pages(std::move(pages), to, stream);
@@ -59,7 +54,8 @@ Error Migrator::move_pages(std::vector<Page*> pages, Location to, StreamHandle s
   // A chunk's pages map only together (pool_types.h): they move in bulk moves only.
   if (std::any_of(pages.begin(), pages.end(), [](const Page* p) { return p->phys->chunk; })) {
     return fail(Error::not_supported,
-                "device %d: pages at %#zx are in a chunk, which moves only whole", ordinal_,
+                "device %d: memory at %#zx cannot move alone: it is in a region's memory, "
+                "which moves with pause and resume", ordinal_,
                 static_cast<std::size_t>(mapper_.address_of(*pages.front())));
   }
   const StreamHandle own = pages.front()->segment->pool->stream;
