@@ -482,6 +482,17 @@ bool stamped(const void* p, std::size_t n, std::uint32_t seed) {
   return true;
 }
 
+// `n` bytes allocated on S in region `r`, stamped with `seed`.
+void* stamped_in(Harness& h, RegionId r, std::size_t n, std::uint32_t seed) {
+  void* p = nullptr;
+  {
+    InRegion in(r);
+    p = h.get(n, S);
+  }
+  stamp(p, n, seed);
+  return p;
+}
+
 }  // namespace
 
 TEST_CASE("a large region moves in overlapping batches, and a fault in any batch keeps every "
@@ -490,12 +501,7 @@ TEST_CASE("a large region moves in overlapping batches, and a fault in any batch
   {
     Harness h;
     const RegionId r = region("test-big");
-    void* p = nullptr;
-    {
-      InRegion in(r);
-      p = h.get(kBig, S);
-    }
-    stamp(p, kBig, 5);
+    void* p = stamped_in(h, r, kBig, 5);
     const std::size_t device_before = h.fake.used_bytes(0);
     REQUIRE(pause(h, r, true) == Error::ok);
     CHECK(lives_on(h, p, kBig, Location::host));
@@ -575,12 +581,7 @@ TEST_CASE("pause and resume move a region in chunks: one physical allocation per
   constexpr std::uint64_t kPieces = 3;
   Harness h;
   const RegionId r = region("test-chunks");
-  void* p = nullptr;
-  {
-    InRegion in(r);
-    p = h.get(kBig, S);
-  }
-  stamp(p, kBig, 3);
+  void* p = stamped_in(h, r, kBig, 3);
   const std::size_t device_before = h.fake.used_bytes(0);
   const std::int64_t reserved_before = reserved(h);
   // The first pause: single device pages to new host chunks, each mapped at its home and at
