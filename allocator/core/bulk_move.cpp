@@ -5,15 +5,17 @@
 // an unmap, a map and a grant per run of pages in between. Remapping costs more than the
 // copy (H200: about 25-42 us per 2 MiB page to unmap and 33-67 us to grant access, even in
 // one call for a run, against 41 us to copy), so here the copies run while the host remaps:
-//   to the host    for every segment, host pages are taken chunk by chunk and each chunk's
-//                  copies into their homes queued at once (pinning new host memory overlaps
-//                  the copies), then an event; then segment by segment, once its event has
-//                  completed, each run of pages is remapped: one unmap for the run, a map per
-//                  page, one access grant;
-//   to the device  segment by segment, every run is remapped to new device pages (the
-//                  region is idle: nothing reads it meanwhile) and the copies from the host
-//                  pages' homes are queued, then an event; then each segment's event is
-//                  waited for.
+//   to the host    for every segment, host pages are taken piece by piece and each piece's
+//                  copies into their homes queued at once, then an event per piece (pinning
+//                  new host memory overlaps the copies queued before); then piece by piece,
+//                  once its own event has completed, the piece is remapped (one unmap, a map,
+//                  one access grant) and the device pages it left go back to the driver,
+//                  while the GPU still copies the pieces after it;
+//   to the device  segment by segment, piece by piece, each piece is remapped to new device
+//                  pages (the region is idle: resume waited for its work, nothing reads it
+//                  meanwhile) and its copies from the host pages' homes queued at once, so
+//                  they run while the host remaps the next piece; then an event per segment,
+//                  each waited for.
 // Until a page's new backing has its bytes (its event) its old physical page keeps them and
 // stays its owner: a failure puts every page not yet moved back on its old page. Host pages
 // without a home (its mapping failed) take the plain path (move_pages).
@@ -75,7 +77,16 @@ bool Migrator::piece_whole(const std::vector<Page*>& pages, std::size_t first,
 
 Error Migrator::acquire_piece(std::size_t count, Location to, std::vector<PhysicalPage*>& got) {
   PhysicalChunk* chunk = nullptr;
-  if (count >= kMinChunkPages && physical_.acquire_chunk(to, count, &chunk) == Error::ok) {
+  bool chunked = count >= kMinChunkPages && physical_.acquire_chunk(to, count, &chunk) == Error::ok;
+  // Where cudalloc's own cache holds the device memory as idle single pages (a workload
+  // freed it before the resume), they make room for the chunk: taking them instead would
+  // move this piece page by page now and at every later pause. Their unmaps and releases
+  // run while the GPU copies the pieces before.
+  if (!chunked && count >= kMinChunkPages && to == Location::device &&
+      physical_.device_idle() >= count && mapper_.release_idle_pages(count) == count) {
+    chunked = physical_.acquire_chunk(to, count, &chunk) == Error::ok;
+  }
+  if (chunked) {
     got.assign(chunk->pages.begin(), chunk->pages.end());
     return Error::ok;
   }
@@ -83,7 +94,7 @@ Error Migrator::acquire_piece(std::size_t count, Location to, std::vector<Physic
 }
 
 Error Migrator::move_segments(const std::vector<Segment*>& segments, Location to,
-                              StreamHandle stream, std::vector<PhysicalPage*>* vacated) {
+                              StreamHandle stream, std::size_t* released) {
   std::vector<SegmentMove> moves;
   for (Segment* seg : segments) {
     SegmentMove m;
@@ -94,22 +105,45 @@ Error Migrator::move_segments(const std::vector<Segment*>& segments, Location to
   }
   // Every segment's copies are queued (to the host) or its pages remapped and copies queued
   // (to the device) before the first segment is finished: the GPU copies while the host
-  // makes the next segments' driver calls.
+  // makes the next pieces' driver calls.
   Error err = Error::ok;
   std::size_t started = 0;
   for (; err == Error::ok && started < moves.size(); ++started) {
     SegmentMove& m = moves[started];
     err = to == Location::host ? queue_copies_to_host(m, stream) : remap_to_device(m, stream);
-    if (err == Error::ok && !m.plain) sync_.record(stream, &m.copied);  // else: wait_for
     if (err != Error::ok) break;
   }
   for (std::size_t i = 0; i < started; ++i) {
     SegmentMove& m = moves[i];
-    const Error e = m.plain ? move_pages(m.pages, to, stream, Extent::all, vacated)
-                            : finish_move(m, to, stream, vacated);
+    Error e = Error::ok;
+    if (m.plain) {
+      std::vector<PhysicalPage*> left;
+      e = move_pages(m.pages, to, stream, Extent::all, &left);
+      leave(left, released);
+    } else {
+      e = finish_move(m, to, stream, released);
+    }
     if (err == Error::ok) err = e;
   }
   return err;
+}
+
+void Migrator::leave(const std::vector<PhysicalPage*>& left, std::size_t* released) {
+  if (released == nullptr) return;  // idle already
+  for (PhysicalPage* phys : left) {
+    if (mapper_.release_vacated(*phys)) ++*released;
+  }
+}
+
+Error Migrator::wait_for_copies(SegmentMove& m, std::size_t piece, StreamHandle stream) {
+  if (m.waited) return Error::ok;
+  if (piece < m.copied.size() &&
+      sync_.completed(m.copied[piece], Wait::block) == device::Status::ok) {
+    m.copied[piece].reset();  // back to the pool for the pieces still being queued
+    return Error::ok;
+  }
+  m.waited = true;
+  return sync_.wait_for(stream);
 }
 
 void Migrator::order_after_last_users(const std::vector<PhysicalPage*>& fresh,
@@ -148,6 +182,7 @@ Error Migrator::queue_copies_to_host(SegmentMove& m, StreamHandle stream) {
   // overlaps the copies already queued.
   const std::size_t n = m.pages.size();
   Error err = Error::ok;
+  std::size_t at_piece = 0;
   for (std::size_t at = 0, end = 0; err == Error::ok && at < n; at = end) {
     end = piece_end(m.pages, at);
     const std::size_t count = end - at;
@@ -169,6 +204,12 @@ Error Migrator::queue_copies_to_host(SegmentMove& m, StreamHandle stream) {
       dst[k] = got[k]->home;
     }
     err = copy_runs(dst, src, stream);
+    // The piece is remapped once its own copies are done, while later pieces' copies run.
+    StreamSync::Event done;
+    if (err == Error::ok && m.copied.size() == at_piece && sync_.record(stream, &done)) {
+      m.copied.push_back(std::move(done));
+    }
+    ++at_piece;
   }
   if (err != Error::ok || m.plain) {
     for (PhysicalPage* p : m.fresh) physical_.make_idle(*p);
@@ -187,25 +228,33 @@ Error Migrator::remap_to_device(SegmentMove& m, StreamHandle stream) {
     return Error::ok;
   }
   m.old.resize(n);
-  std::vector<std::uintptr_t> homes(n), targets(n);
-  for (std::size_t k = 0; k < n; ++k) {
-    m.old[k] = m.pages[k]->phys;
-    homes[k] = m.old[k]->home;
-    targets[k] = mapper_.address_of(*m.pages[k]);
-  }
+  for (std::size_t k = 0; k < n; ++k) m.old[k] = m.pages[k]->phys;
   Error err = Error::ok;
   while (err == Error::ok && m.remapped < n) {
-    const std::size_t end = piece_end(m.pages, m.remapped);
+    const std::size_t first = m.remapped;
+    const std::size_t end = piece_end(m.pages, first);
     std::vector<PhysicalPage*> got;
-    err = acquire_piece(end - m.remapped, Location::device, got);
+    err = acquire_piece(end - first, Location::device, got);
     if (err != Error::ok) break;
     order_after_last_users(got, stream);
     m.fresh.insert(m.fresh.end(), got.begin(), got.end());
-    err = remap_run(m.pages, m.fresh, m.old, m.remapped, end);
-    if (err == Error::ok) m.remapped = end;
+    err = remap_run(m.pages, m.fresh, m.old, first, end);
+    if (err != Error::ok) break;
+    m.remapped = end;
+    // The piece's copies start now, while the host remaps the next piece.
+    std::vector<std::uintptr_t> homes(end - first), targets(end - first);
+    for (std::size_t k = first; k < end; ++k) {
+      homes[k - first] = m.old[k]->home;
+      targets[k - first] = mapper_.address_of(*m.pages[k]);
+    }
+    err = copy_runs(targets, homes, stream);
   }
-  if (err == Error::ok) err = copy_runs(targets, homes, stream);
+  StreamSync::Event done;
+  if (err == Error::ok && sync_.record(stream, &done)) m.copied.push_back(std::move(done));
   if (err != Error::ok) {
+    // Copies into the remapped pieces may be running: they finish before those pieces are
+    // unmapped. If the wait fails the device has failed; the host pages keep the bytes.
+    if (m.remapped != 0) sync_.wait_for(stream);
     restore_run(m.pages, m.old, 0, m.remapped);
     for (PhysicalPage* p : m.fresh) physical_.make_idle(*p);
     m.fresh.clear();
@@ -214,39 +263,45 @@ Error Migrator::remap_to_device(SegmentMove& m, StreamHandle stream) {
 }
 
 Error Migrator::finish_move(SegmentMove& m, Location to, StreamHandle stream,
-                            std::vector<PhysicalPage*>* vacated) {
+                            std::size_t* released) {
   const std::size_t n = m.pages.size();
-  Error err = m.copied && sync_.completed(m.copied, Wait::block) == device::Status::ok
-                  ? Error::ok
-                  : sync_.wait_for(stream);
   if (to == Location::device) {
-    if (err != Error::ok) {  // the host pages still hold every byte
+    if (const Error err = wait_for_copies(m, 0, stream); err != Error::ok) {
+      // The host pages still hold every byte.
       restore_run(m.pages, m.old, 0, m.remapped);
       for (PhysicalPage* p : m.fresh) physical_.make_idle(*p);
       return err;
     }
-    for (std::size_t k = 0; k < n; ++k) take_over(*m.pages[k], *m.old[k], *m.fresh[k], vacated);
+    for (std::size_t k = 0; k < n; ++k) {
+      // Every use of the host page is done: the copies out of it (just waited for) and the
+      // kernels of the paused region (resume waited for them first). Another stream's pause
+      // may take it without waiting for this one's later work.
+      m.old[k]->last_pool = nullptr;
+      take_over(*m.pages[k], *m.old[k], *m.fresh[k], nullptr);
+    }
     ledger_.pages_moved(Location::device, n);
     return Error::ok;
   }
-  if (err != Error::ok) {
-    for (PhysicalPage* p : m.fresh) physical_.make_idle(*p);
-    return err;
-  }
+  // To the host, piece by piece as each one's copies complete: a piece is remapped and its
+  // device pages released while the GPU still copies the pieces after it.
   m.old.resize(n);
   for (std::size_t k = 0; k < n; ++k) m.old[k] = m.pages[k]->phys;
+  Error err = Error::ok;
   std::size_t moved = 0;
-  for (std::size_t k = 0; k < n;) {
+  for (std::size_t k = 0, piece = 0; k < n; ++piece) {
     const std::size_t end = piece_end(m.pages, k);  // the pieces queue_copies_to_host took
+    if (err == Error::ok) err = wait_for_copies(m, piece, stream);
     if (err == Error::ok) err = remap_run(m.pages, m.fresh, m.old, k, end);
+    std::vector<PhysicalPage*> left;
     for (std::size_t i = k; i < end; ++i) {
       if (err != Error::ok) {
         physical_.make_idle(*m.fresh[i]);  // the page stays on its old page
         continue;
       }
-      take_over(*m.pages[i], *m.old[i], *m.fresh[i], vacated);
+      take_over(*m.pages[i], *m.old[i], *m.fresh[i], &left);
       ++moved;
     }
+    leave(left, released);
     k = end;
   }
   ledger_.pages_moved(Location::host, moved);

@@ -55,13 +55,15 @@ class Migrator {
   // not_supported outside paged segments.
   Error move(const AllocationSpan& span, device::Location to, StreamHandle stream);
   // Moves every page of the held segments of a region being paused or resumed (regions.h) to
-  // `to`, all or nothing per run of pages; the physical pages they left (idle now) are
-  // appended to *vacated. The caller has waited for every use of the segments and guarantees
-  // none during the call, which lets the copies of some segments run while others are
-  // remapped (bulk_move.cpp), and pages moving to the device be remapped before their copy
-  // (from the host pages' homes), without staging. Same guarantee on failure as move().
+  // `to`, all or nothing per run of pages. The physical pages they left stay idle, or with
+  // `released` go back to the driver as each piece finishes (idle where the driver refuses),
+  // counted in *released. The caller has waited for every use of the segments and guarantees
+  // none during the call, which lets the copies of later pieces run while earlier ones are
+  // remapped and released (bulk_move.cpp), and pages moving to the device be remapped before
+  // their copy (from the host pages' homes), without staging. Same guarantee on failure as
+  // move().
   Error move_segments(const std::vector<Segment*>& segments, device::Location to,
-                      StreamHandle stream, std::vector<PhysicalPage*>* vacated);
+                      StreamHandle stream, std::size_t* released);
   // Moves every host page in use back to device memory while the budget has room; ok also
   // when some stay on the host.
   Error promote();
@@ -75,19 +77,27 @@ class Migrator {
   // nothing of each batch.
   enum class Extent { all, what_fits };
   // Bulk moves (bulk_move.cpp): one segment's pages, their new and old physical pages, the
-  // event after its copies; plain: it takes move_pages instead (a host page without a home).
+  // events after its copies; plain: it takes move_pages instead (a host page without a home).
   struct SegmentMove {
     std::vector<Page*> pages;
     std::vector<PhysicalPage*> fresh;
     std::vector<PhysicalPage*> old;
     std::size_t remapped = 0;  // to the device: pages [0, remapped) map their fresh page
-    StreamSync::Event copied;
+    // To the host, one per piece in order, each after that piece's copies; to the device, one
+    // after all. Fewer than the pieces (an event failed): the rest wait for the stream.
+    std::vector<StreamSync::Event> copied;
+    bool waited = false;  // the host waited for the stream: every copy is done
     bool plain = false;
   };
   Error queue_copies_to_host(SegmentMove& m, StreamHandle stream);
   Error remap_to_device(SegmentMove& m, StreamHandle stream);
+  // Waits for the copies of piece `piece` of a move (copied[piece], else the whole stream).
+  Error wait_for_copies(SegmentMove& m, std::size_t piece, StreamHandle stream);
   Error finish_move(SegmentMove& m, device::Location to, StreamHandle stream,
-                    std::vector<PhysicalPage*>* vacated);
+                    std::size_t* released);
+  // The physical pages a finished piece left: back to the driver with `released` (counted),
+  // else idle.
+  void leave(const std::vector<PhysicalPage*>& left, std::size_t* released);
   // `page` now owns `fresh`; `old` is idle.
   void take_over(Page& page, PhysicalPage& old, PhysicalPage& fresh,
                  std::vector<PhysicalPage*>* vacated);

@@ -472,6 +472,25 @@ bool PageMapper::wait_until_settled(StreamPool& pool, std::uint64_t epoch) {
   return true;
 }
 
+std::size_t PageMapper::release_idle_pages(std::size_t count) {
+  Request cached;  // an idle page only: no new memory
+  cached.growth = Growth::cache_only;
+  std::size_t released = 0;
+  while (released < count && physical_.device_idle() != 0) {
+    PhysicalPage* phys = nullptr;
+    if (physical_.acquire(Claim::fresh, cached, &phys) != Error::ok) break;
+    // Its mappings are pages without users: unmap() waits for their pools' streams first.
+    bool unmapped = true;
+    while (unmapped && !phys->mappings.empty()) {
+      unmapped = unmap(*phys->mappings.back()) == Error::ok;
+    }
+    physical_.make_idle(*phys);  // release() takes an idle page mapped nowhere
+    if (!unmapped || !physical_.release(phys)) break;
+    ++released;
+  }
+  return released;
+}
+
 bool PageMapper::release_cached() {
   // Nothing idle or mapped: no physical page is waiting for queued work.
   if (physical_.idle() == 0 && ledger_.stats().mapped_bytes.current == 0 &&

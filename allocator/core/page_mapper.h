@@ -123,6 +123,11 @@ class PageMapper {
   // stays idle. A chunk goes back once each of its pages has been passed here.
   Error evict(Page& page);
   bool release_vacated(PhysicalPage& phys);
+  // Gives up to `count` idle single device pages (the longest idle first, parked ones too)
+  // back to the driver, each unmapped first wherever it is mapped, once the work that used it
+  // there is done: room for a bulk move's chunk where cudalloc's cache holds the memory. The
+  // number released; a failed unmap or release stops it (that page stays idle).
+  std::size_t release_idle_pages(std::size_t count);
   // Unmaps the pages of [first, first + count) of `seg` that are mapped without users: idle
   // pages a failed use() claimed for a held segment, whose mappings no work has seen.
   void unmap_unused(Segment& seg, std::size_t first, std::size_t count);

@@ -104,15 +104,14 @@ Error DeviceAllocator::wait_for_region(RegionId id, bool streams_known) {
 }
 
 Error DeviceAllocator::keep_on_host(const std::vector<Segment*>& segments) {
-  std::vector<PhysicalPage*> vacated;
+  // The device pages the region leaves go back to the driver as each piece is moved (idle
+  // where the driver refuses).
+  std::size_t released = 0;
   const auto start = Clock::now();
   const Error err = migrator_.move_segments(segments, Location::host,
-                                            segments.front()->pool->stream, &vacated);
-  const double move_ms = ms_since(start);
-  // The device pages the region left go back to the driver (idle if the driver refuses).
-  for (PhysicalPage* phys : vacated) mapper_.release_vacated(*phys);
-  log().debug("device {}: pause: {} pages to the host in {:.2f} ms, released in {:.2f} ms",
-              ordinal_, vacated.size(), move_ms, ms_since(start) - move_ms);
+                                            segments.front()->pool->stream, &released);
+  log().debug("device {}: pause: moved to the host, {} device pages released, in {:.2f} ms",
+              ordinal_, released, ms_since(start));
   return err;
 }
 
@@ -227,6 +226,7 @@ Error DeviceAllocator::pause_region(RegionId id, bool keep, bool streams_known) 
     }
     if (keep && err == Error::ok) region.state = Regions::State::paused;
     region.kept = keep;
+    region.streams_known = streams_known;
     for (Segment* seg : segments) seg->paused = region.state == Regions::State::paused;
     log().info("device {}: region \"{}\" {} {} ({} segments) in {:.1f} ms ({:.1f} ms waiting "
                "for its work)", ordinal_, tag, keep ? "kept on the host" : "dropped",
@@ -244,6 +244,8 @@ Error DeviceAllocator::resume_region(RegionId id) {
     Regions::Region& region = regions_.get(id);
     const std::vector<Segment*> segments = region_segments(id);
     const auto start = Clock::now();
+    // Kernels may still use the paused pages (kept: host-located); their pages are remapped.
+    if (const Error e = wait_for_region(id, region.streams_known); e != Error::ok) return e;
     Error err = segments.empty() ? Error::ok : restore_pages(segments);
     if (err == Error::out_of_memory && (deferred_.has_pending() || deferred_.has_unfenced()) &&
         sync_.synchronize_device()) {

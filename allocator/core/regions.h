@@ -18,9 +18,11 @@
 //           that touches it faults with an illegal address, which CUDA reports as an error),
 //           and returns each device page it left to the driver: device free memory rises by
 //           the region's size, and the virtual ranges stay reserved;
-//   resume  maps device pages at the same addresses again, copies kept bytes back and zeroes
-//           dropped ones, so a dropped region never shows stale bytes; captured graphs
-//           replay unchanged. The host pages it left stay cached (idle, within host_limit),
+//   resume  waits, as pause does, for the work queued on the region while it was paused
+//           (kernels read and write a kept region over the bus, and its pages are remapped
+//           under them), then maps device pages at the same addresses again, copies kept
+//           bytes back and zeroes dropped ones, so a dropped region never shows stale bytes;
+//           captured graphs replay unchanged. The host pages it left stay cached (idle, within host_limit),
 //           so that the next pause pins no memory; empty_cache returns them.
 // While paused, a request routed to the region fails (invalid_value), frees are accepted,
 // and promotion, offload and prefetch leave the region alone. keep checks host_limit for the
@@ -52,6 +54,8 @@ class Regions {
   struct Region {
     State state = State::active;
     bool kept = false;  // paused with its bytes on the host
+    // Whether the pause knew every stream that uses the region; resume waits the same way.
+    bool streams_known = true;
   };
 
   // The region of private pool `pool`, or kNoRegion.

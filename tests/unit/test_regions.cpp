@@ -2,6 +2,7 @@
 // bytes, resume at the same addresses, what a paused region refuses, host_limit, waiting only
 // for the region's streams, held pages under freed blocks, release, and faults in the middle
 // of either operation. The harness checks every invariant after each operation.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -101,6 +102,14 @@ Residency residency(Harness& h, RegionId id) {
 }
 
 std::int64_t reserved(Harness& h) { return h.stats().reserved_bytes.current; }
+
+// GPU-side waits of stream `waiter` on stream `on` so far.
+std::size_t waits_of(Harness& h, StreamHandle waiter, StreamHandle on) {
+  const auto all = h.fake.waits();
+  return static_cast<std::size_t>(std::count_if(all.begin(), all.end(), [&](const auto& w) {
+    return w.waiter == waiter && w.on == on;
+  }));
+}
 
 }  // namespace
 
@@ -483,11 +492,12 @@ bool stamped(const void* p, std::size_t n, std::uint32_t seed) {
 }
 
 // `n` bytes allocated on S in region `r`, stamped with `seed`.
-void* stamped_in(Harness& h, RegionId r, std::size_t n, std::uint32_t seed) {
+void* stamped_in(Harness& h, RegionId r, std::size_t n, std::uint32_t seed,
+                 StreamHandle stream = S) {
   void* p = nullptr;
   {
     InRegion in(r);
-    p = h.get(n, S);
+    p = h.get(n, stream);
   }
   stamp(p, n, seed);
   return p;
@@ -700,6 +710,115 @@ TEST_CASE("a fault in any driver call of a move between chunks keeps every byte,
       }
     }
   }
+}
+
+TEST_CASE("resume waits for the kernels that used the paused region before remapping it",
+          "[regions]") {
+  FakeDevice::Options o = fake_options();
+  o.manual_streams = true;
+  Harness h(Settings{}, o);
+  const RegionId r = region("test-resume-waits");
+  const RegionId q = region("test-resume-other");
+  constexpr StreamHandle U = 0x73;
+  void* p = stamped_in(h, r, 8 * MiB, 21);
+  void* other = stamped_in(h, q, 8 * MiB, 22, U);
+  REQUIRE(h.alloc->record_stream(p, T) == Error::ok);  // the region is used on T too
+  REQUIRE(pause(h, r, true) == Error::ok);
+  h.fake.enqueue_work(0, T);  // a kernel on T reads the paused region over the bus
+  h.fake.enqueue_work(0, U);  // another region's work
+  REQUIRE(resume(h, r) == Error::ok);
+  CHECK(h.fake.stream_idle(0, T));  // done before the pages moved under it
+  CHECK_FALSE(h.fake.stream_idle(0, U));
+  CHECK(stamped(p, 8 * MiB, 21));
+  // Streams unknown at the pause (LD_PRELOAD): resume waits for the whole device.
+  REQUIRE(pause(h, r, true, /*streams_known=*/false) == Error::ok);
+  h.fake.enqueue_work(0, U);
+  REQUIRE(resume(h, r) == Error::ok);
+  CHECK(h.fake.stream_idle(0, U));
+  CHECK(stamped(p, 8 * MiB, 21));
+  CHECK(stamped(other, 8 * MiB, 22));
+  h.fake.complete_all();
+  h.put(p);
+  h.put(other);
+}
+
+TEST_CASE("a host chunk one region's resume left serves another stream's pause without "
+          "waiting for the first stream", "[regions]") {
+  constexpr std::size_t kBig = 64 * MiB;  // one piece of 32 pages
+  FakeDevice::Options o = fake_options();
+  o.manual_streams = true;
+  Harness h(Settings{}, o);
+  const RegionId r = region("test-chunk-stream-a");
+  const RegionId q = region("test-chunk-stream-b");
+  void* a = stamped_in(h, r, kBig, 31);
+  void* b = stamped_in(h, q, kBig, 32, T);
+  REQUIRE(pause(h, r, true) == Error::ok);
+  REQUIRE(resume(h, r) == Error::ok);  // its host chunk stays cached, every use waited for
+  h.fake.enqueue_work(0, S);           // region a is in use again
+  const auto waits_before = waits_of(h, T, S);
+  CallCounts c = calls_of(h, [&] { REQUIRE(pause(h, q, true) == Error::ok); });
+  CHECK(c.create == 0);  // a's host chunk
+  CHECK(lives_on(h, b, kBig, Location::host));
+  CHECK(stamped(b, kBig, 32));
+  CHECK(waits_of(h, T, S) == waits_before);
+  CHECK_FALSE(h.fake.stream_idle(0, S));  // a's kernel runs on
+  // a pauses into new host memory once b holds the chunk; both come back whole.
+  h.fake.complete_all();
+  REQUIRE(pause(h, r, true) == Error::ok);
+  REQUIRE(resume(h, q) == Error::ok);
+  REQUIRE(resume(h, r) == Error::ok);
+  CHECK(stamped(a, kBig, 31));
+  CHECK(stamped(b, kBig, 32));
+  h.put(a);
+  h.put(b);
+}
+
+TEST_CASE("pause remaps each piece after its own copies: one event per piece, and a failed "
+          "event waits for the stream instead", "[regions]") {
+  constexpr std::size_t kBig = 150 * MiB;  // pieces of 32, 32 and 11 pages
+  Harness h;
+  const RegionId r = region("test-piece-events");
+  void* p = stamped_in(h, r, kBig, 41);
+  const std::uint64_t records = h.fake.calls(CallKind::event_record);
+  REQUIRE(pause(h, r, true) == Error::ok);
+  CHECK(h.fake.calls(CallKind::event_record) - records == 1 + 3);  // the region's wait, pieces
+  CHECK(stamped(p, kBig, 41));
+  REQUIRE(resume(h, r) == Error::ok);
+  // The second piece's event fails: it and the third wait for the stream, all bytes move.
+  h.fake.fail_call(CallKind::event_record, 2, device::Status::device_error);
+  REQUIRE(pause(h, r, true) == Error::ok);
+  h.fake.clear_faults();
+  CHECK(lives_on(h, p, kBig, Location::host));
+  CHECK(stamped(p, kBig, 41));
+  REQUIRE(resume(h, r) == Error::ok);
+  CHECK(stamped(p, kBig, 41));
+  h.put(p);
+}
+
+TEST_CASE("resume gives cudalloc's idle single pages back to make room for a chunk, so the "
+          "next pause moves the piece whole", "[regions]") {
+  constexpr std::size_t kBig = 64 * MiB;  // one piece of 32 pages
+  Harness h(Settings{}, fake_options(192 * MiB));
+  const RegionId r = region("test-chunk-room");
+  void* p = stamped_in(h, r, kBig, 51);
+  REQUIRE(pause(h, r, true) == Error::ok);
+  // Another workload takes the freed memory and frees it into cudalloc's cache.
+  void* ballast = h.get(160 * MiB, T);
+  fill_pattern(ballast, 160 * MiB, 52);
+  h.put(ballast);
+  REQUIRE(h.fake.used_bytes(0) + kBig > 192 * MiB);  // no room for a chunk beside the cache
+  CallCounts c = calls_of(h, [&] { REQUIRE(resume(h, r) == Error::ok); });
+  CHECK(c.create == 2);  // the driver refuses the chunk, then gives it in the room freed
+  CHECK(c.release == kBig / kPage);
+  CHECK(stamped(p, kBig, 51));
+  c = calls_of(h, [&] { REQUIRE(pause(h, r, true) == Error::ok); });
+  CHECK(c.release == 1);  // the device chunk, whole
+  CHECK(c.unmap == 1);
+  REQUIRE(resume(h, r) == Error::ok);
+  CHECK(stamped(p, kBig, 51));
+  h.put(p);
+  REQUIRE(h.alloc->empty_cache() == Error::ok);
+  h.check();
 }
 
 TEST_CASE("a held segment that cannot be backed leaves no page mapped", "[regions][faults]") {

@@ -185,6 +185,8 @@ def main():
     ap.add_argument("--cache-gib", type=float, default=4)
     ap.add_argument("--modes", default="adapter,preload")
     ap.add_argument("--json")
+    ap.add_argument("--child-logs", metavar="PREFIX",
+                    help="write each mode's stderr (cudalloc's log) to PREFIX-MODE.log")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -206,6 +208,9 @@ def main():
         cmd = [sys.executable, os.path.abspath(__file__), "--child", mode,
                "--weights-gib", str(args.weights_gib), "--cache-gib", str(args.cache_gib)]
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        if args.child_logs:
+            with open(f"{args.child_logs}-{mode}.log", "w") as f:
+                f.write(p.stderr)
         if p.returncode != 0:
             print(f"{mode}: exit {p.returncode}\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
             ok = False
