@@ -66,6 +66,18 @@ cudalloc_error_t cudalloc_pause(const char* tag, int keep_contents) {
   });
 }
 
+cudalloc_error_t cudalloc_prepare_pause(const char* tag) {
+  return guarded([&]() -> Error {
+    RegionId id = kNoRegion;
+    if (const Error err = known_region("prepare_pause", tag, &id); err != Error::ok) return err;
+    Error result = Error::ok;
+    process_allocator().for_each_device([&](DeviceAllocator& d) {
+      if (result == Error::ok && d.knows_region(id)) result = d.prepare_pause(id);
+    });
+    return result;
+  });
+}
+
 cudalloc_error_t cudalloc_resume(const char* tag) {
   return guarded([&]() -> Error {
     RegionId id = kNoRegion;

@@ -138,10 +138,20 @@ cudalloc_error_t cudalloc_residency(const void* ptr, size_t* device_bytes, size_
  * with its bytes: a region whose keep failed stays active (pause may be repeated), one whose
  * drop or resume failed is paused (resume may be repeated); with several devices, pause
  * skips those already paused. A tag that no allocation used is
- * CUDALLOC_ERROR_INVALID_VALUE. */
+ * CUDALLOC_ERROR_INVALID_VALUE.
+ *
+ * cudalloc_prepare_pause pins now the host memory that cudalloc_pause(tag, 1) would copy the
+ * region into, and keeps it cached for that pause: pinning host memory costs about ten times
+ * the copy (an H200 pins 4-5 GiB/s, with one thread or eight), so a first pause that pins is
+ * several times slower than later ones, which reuse what the first pinned. Call it while the
+ * GPU does other work (loading a model, say); it blocks allocations on the device meanwhile,
+ * as pause does. host_limit applies: CUDALLOC_ERROR_MEMORY_ALLOCATION, pinning nothing, when
+ * the host has no room. The memory stays cached (host reserved in the stats) until a pause
+ * uses it or cudalloc_empty_cache returns it. CUDALLOC_ERROR_INVALID_VALUE while paused. */
 cudalloc_error_t cudalloc_region_begin(const char* tag);
 cudalloc_error_t cudalloc_region_end(void);
 cudalloc_error_t cudalloc_pause(const char* tag, int keep_contents);
+cudalloc_error_t cudalloc_prepare_pause(const char* tag);
 cudalloc_error_t cudalloc_resume(const char* tag);
 /* Bytes of the region's memory on the devices and on the host (both 0 when dropped). */
 cudalloc_error_t cudalloc_region_residency(const char* tag, size_t* device_bytes,

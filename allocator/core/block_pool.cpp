@@ -174,9 +174,7 @@ Error BlockPool::new_held_segment(StreamPool& pool, std::size_t size, const Requ
   mapper_->init_pages(*seg);
   seg->held = true;
   // The hold: every page gets its one user now, mapped and accessible until pause or release.
-  if (const Error err = mapper_->use(*seg, va, bytes, request); err != Error::ok) {
-    // use() left idle pages it claimed mapped here (their mappings unused): remove them.
-    mapper_->unmap_unused(*seg, 0, seg->pages.size());
+  if (const Error err = mapper_->hold(*seg, request); err != Error::ok) {
     pool.segments.pop_back();
     recycle_block(seg->first);
     delete seg;

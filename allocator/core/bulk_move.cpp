@@ -40,8 +40,8 @@ using device::Location;
 
 namespace {
 
-constexpr std::size_t kChunkPages = Staging::kStagingPages;
-constexpr std::size_t kMinChunkPages = 2;  // a piece of one page takes a single page
+constexpr std::size_t kChunkPages = PageMapper::kChunkPages;
+constexpr std::size_t kMinChunkPages = PageMapper::kMinChunkPages;
 
 bool on(const PhysicalPage& phys, Location where) { return phys.host == (where == Location::host); }
 
@@ -77,15 +77,10 @@ bool Migrator::piece_whole(const std::vector<Page*>& pages, std::size_t first,
 
 Error Migrator::acquire_piece(std::size_t count, Location to, std::vector<PhysicalPage*>& got) {
   PhysicalChunk* chunk = nullptr;
-  bool chunked = count >= kMinChunkPages && physical_.acquire_chunk(to, count, &chunk) == Error::ok;
-  // Where cudalloc's own cache holds the device memory as idle single pages (a workload
-  // freed it before the resume), they make room for the chunk: taking them instead would
-  // move this piece page by page now and at every later pause. Their unmaps and releases
-  // run while the GPU copies the pieces before.
-  if (!chunked && count >= kMinChunkPages && to == Location::device &&
-      physical_.device_idle() >= count && mapper_.release_idle_pages(count) == count) {
-    chunked = physical_.acquire_chunk(to, count, &chunk) == Error::ok;
-  }
+  const bool chunked = to == Location::device
+                           ? mapper_.acquire_device_chunk(count, &chunk) == Error::ok
+                           : count >= kMinChunkPages &&
+                                 physical_.acquire_chunk(to, count, &chunk) == Error::ok;
   if (chunked) {
     got.assign(chunk->pages.begin(), chunk->pages.end());
     return Error::ok;
@@ -98,9 +93,7 @@ Error Migrator::move_segments(const std::vector<Segment*>& segments, Location to
   std::vector<SegmentMove> moves;
   for (Segment* seg : segments) {
     SegmentMove m;
-    for (Page& page : seg->pages) {
-      if (page.phys != nullptr && page.users > 0 && !on(*page.phys, to)) m.pages.push_back(&page);
-    }
+    m.pages = pages_to_move(*seg, to);
     if (!m.pages.empty()) moves.push_back(std::move(m));
   }
   // Every segment's copies are queued (to the host) or its pages remapped and copies queued
@@ -125,6 +118,35 @@ Error Migrator::move_segments(const std::vector<Segment*>& segments, Location to
     }
     if (err == Error::ok) err = e;
   }
+  return err;
+}
+
+// The pages of `seg` a move to `to` takes: in use, not on `to` already.
+std::vector<Page*> Migrator::pages_to_move(Segment& seg, Location to) {
+  std::vector<Page*> pages;
+  for (Page& page : seg.pages) {
+    if (page.phys != nullptr && page.users > 0 && !on(*page.phys, to)) pages.push_back(&page);
+  }
+  return pages;
+}
+
+Error Migrator::prepare_host(const std::vector<Segment*>& segments, std::size_t* pages) {
+  // Everything taken stays taken until the end, so that an idle chunk found for one piece is
+  // not found again for the next piece of its size.
+  std::vector<PhysicalPage*> taken;
+  Error err = Error::ok;
+  *pages = 0;
+  for (Segment* seg : segments) {
+    const std::vector<Page*> moving = pages_to_move(*seg, Location::host);
+    for (std::size_t at = 0, end = 0; err == Error::ok && at < moving.size(); at = end) {
+      end = piece_end(moving, at);
+      std::vector<PhysicalPage*> got;
+      err = acquire_piece(end - at, Location::host, got);
+      if (err == Error::ok) *pages += got.size();
+      taken.insert(taken.end(), got.begin(), got.end());
+    }
+  }
+  for (PhysicalPage* p : taken) physical_.make_idle(*p);
   return err;
 }
 

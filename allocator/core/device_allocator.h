@@ -178,6 +178,12 @@ class DeviceAllocator final : private FreeCompletion {
   // device never saw is ok and nothing happens.
   Error pause_region(RegionId id, bool keep, bool streams_known);
   Error resume_region(RegionId id);
+  // Pins now the host memory a pause with keep would copy the region into (within
+  // host_limit) and leaves it cached, so that the pause itself only copies: pinning host
+  // memory costs about ten times the copy, and more threads do not make it faster on the
+  // driver measured (docs/offload.md). It stays cached until used or until empty_cache. On
+  // failure (host_limit, the driver) what was pinned stays cached. invalid_value while paused.
+  Error prepare_pause(RegionId id);
   // Bytes of the region's segments on the device and on the host (0, 0 when unknown here).
   void region_residency(RegionId id, std::size_t* device_bytes, std::size_t* host_bytes) const;
   bool knows_region(RegionId id) const;
@@ -219,6 +225,10 @@ class DeviceAllocator final : private FreeCompletion {
   PoolId route_to_region(PoolId pool);
   std::vector<Segment*> region_segments(RegionId id) const;
   Error wait_for_region(RegionId id, bool streams_known);
+  // Whether `segments` (region `tag`'s) can be paused (held, not shared) and, with `keep`,
+  // kept within host_limit; `what` names the operation in the error message.
+  Error check_pausable(const std::string& tag, const std::vector<Segment*>& segments, bool keep,
+                       const char* what) const;
   Error keep_on_host(const std::vector<Segment*>& segments);
   Error drop_pages(Segment& seg);
   Error rehold_dropped(Segment& seg, bool* zeroed);

@@ -64,6 +64,12 @@ class Migrator {
   // move().
   Error move_segments(const std::vector<Segment*>& segments, device::Location to,
                       StreamHandle stream, std::size_t* released);
+  // Takes, then leaves idle, the host memory that move_segments(segments, host) would take,
+  // piece by piece as it would (host chunks of the same sizes, single host pages), so that
+  // the move finds it cached and pins nothing. Every page taken is idle again on return, also
+  // on failure (the first piece that cannot be had: no room within host_limit, or the driver
+  // refuses); *pages counts the pages of the pieces that were had.
+  Error prepare_host(const std::vector<Segment*>& segments, std::size_t* pages);
   // Moves every host page in use back to device memory while the budget has room; ok also
   // when some stay on the host.
   Error promote();
@@ -89,6 +95,7 @@ class Migrator {
     bool waited = false;  // the host waited for the stream: every copy is done
     bool plain = false;
   };
+  static std::vector<Page*> pages_to_move(Segment& seg, device::Location to);
   Error queue_copies_to_host(SegmentMove& m, StreamHandle stream);
   Error remap_to_device(SegmentMove& m, StreamHandle stream);
   // Waits for the copies of piece `piece` of a move (copied[piece], else the whole stream).

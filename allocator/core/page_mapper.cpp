@@ -472,6 +472,58 @@ bool PageMapper::wait_until_settled(StreamPool& pool, std::uint64_t epoch) {
   return true;
 }
 
+Error PageMapper::acquire_device_chunk(std::size_t count, PhysicalChunk** out) {
+  if (count < kMinChunkPages) return Error::out_of_memory;
+  if (physical_.acquire_chunk(device::Location::device, count, out) == Error::ok) return Error::ok;
+  // The room may be in cudalloc's cache as idle single pages: they give way to the chunk.
+  if (physical_.device_idle() < count || release_idle_pages(count) != count) {
+    return Error::out_of_memory;
+  }
+  return physical_.acquire_chunk(device::Location::device, count, out);
+}
+
+Error PageMapper::hold_chunk(Segment& seg, std::size_t first, PhysicalChunk& chunk) {
+  Page& head = seg.pages[first];
+  head.segment = &seg;  // attach_chunk gives the others theirs
+  Error err = attach(head, *chunk.pages[0]);
+  if (err == Error::ok) err = grant(head);
+  if (err != Error::ok) {
+    // Nothing queued used the mapping: it goes at once. Should that fail too, the pages stay
+    // mapped without users (the caller's undo retries the unmap).
+    if (head.phys != nullptr && unmap_now(head) != Error::ok) return err;
+    for (PhysicalPage* p : chunk.pages) physical_.make_idle(*p);
+    return err;
+  }
+  for (std::size_t j = 0; j < chunk.count(); ++j) {
+    Page& page = seg.pages[first + j];
+    adopt(page, *chunk.pages[j]);
+    page.users = 1;
+  }
+  return Error::ok;
+}
+
+Error PageMapper::hold(Segment& seg, const Request& request) {
+  const std::size_t n = seg.pages.size();
+  std::size_t held = 0;  // pages [0, held) are held in chunks
+  Error err = Error::ok;
+  // New memory in chunks while it can be had; a chunk that fails to map stops them.
+  while (n - held >= kMinChunkPages && request.may_grow() && !request.spilling()) {
+    PhysicalChunk* chunk = nullptr;
+    if (acquire_device_chunk(std::min(kChunkPages, n - held), &chunk) != Error::ok) break;
+    err = hold_chunk(seg, held, *chunk);
+    if (err != Error::ok) break;
+    held += chunk->count();
+  }
+  // The rest in single pages, unless a chunk was left mapped here by a failure.
+  if (held < n && (err == Error::ok || seg.pages[held].phys == nullptr)) {
+    err = use(seg, seg.base + held * page_size_, (n - held) * page_size_, request);
+  }
+  if (err == Error::ok) return Error::ok;
+  for (std::size_t i = 0; i < held; ++i) end_hold(seg.pages[i], *seg.pages[i].phys);
+  unmap_unused(seg, 0, n);
+  return err;
+}
+
 std::size_t PageMapper::release_idle_pages(std::size_t count) {
   Request cached;  // an idle page only: no new memory
   cached.growth = Growth::cache_only;

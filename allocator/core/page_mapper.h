@@ -123,11 +123,21 @@ class PageMapper {
   // stays idle. A chunk goes back once each of its pages has been passed here.
   Error evict(Page& page);
   bool release_vacated(PhysicalPage& phys);
-  // Gives up to `count` idle single device pages (the longest idle first, parked ones too)
-  // back to the driver, each unmapped first wherever it is mapped, once the work that used it
-  // there is done: room for a bulk move's chunk where cudalloc's cache holds the memory. The
-  // number released; a failed unmap or release stops it (that page stays idle).
-  std::size_t release_idle_pages(std::size_t count);
+  // Chunks (pool_types.h): pieces of up to kChunkPages pages of a held segment, each one
+  // physical allocation. acquire_device_chunk: `count` pages of device memory in one chunk,
+  // not idle, no owner: an idle chunk of that size, else new memory within the budget; where
+  // cudalloc's cache holds the room as idle single pages, as many of them go back to the
+  // driver first (taking them instead would move the piece page by page at every pause).
+  // out_of_memory when none can be had (the caller takes single pages instead).
+  static constexpr std::size_t kChunkPages = Staging::kStagingPages;
+  static constexpr std::size_t kMinChunkPages = 2;  // a piece of one page is a single page
+  Error acquire_device_chunk(std::size_t count, PhysicalChunk** out);
+  // The hold of a new held segment (regions.h): every page gets its one user, mapped and
+  // accessible, piece by piece in device chunks of up to kChunkPages pages where they can
+  // be had, the rest in single pages (use()), so that the region's first pause moves and
+  // releases chunks, not single pages. On failure no page is held, and what was mapped here
+  // is unmapped (its memory idle).
+  Error hold(Segment& seg, const Request& request);
   // Unmaps the pages of [first, first + count) of `seg` that are mapped without users: idle
   // pages a failed use() claimed for a held segment, whose mappings no work has seen.
   void unmap_unused(Segment& seg, std::size_t first, std::size_t count);
@@ -169,6 +179,15 @@ class PageMapper {
   }
   Error use_parked(Segment& seg, std::size_t first, std::size_t last, const Request& request);
   void note_unmapped(Page& page);  // the records of a mapping the driver has removed
+  // Gives up to `count` idle single device pages (the longest idle first, parked ones too)
+  // back to the driver, each unmapped first wherever it is mapped, once the work that used it
+  // there is done. The number released; a failed unmap or release stops it (that page stays
+  // idle).
+  std::size_t release_idle_pages(std::size_t count);
+  // Maps `chunk` whole at pages [first, first + chunk.count()) of `seg` (unmapped, never
+  // used), grants access, and gives each page its slot with one user (the hold). On failure
+  // nothing is mapped and the chunk is idle.
+  Error hold_chunk(Segment& seg, std::size_t first, PhysicalChunk& chunk);
   // A held page (regions.h) lets go of `phys`, which it owned: no users, `phys` idle.
   void end_hold(Page& page, PhysicalPage& phys);
   // Chunks: the first of the pages a chunk maps at when `page` takes slot `slot`.

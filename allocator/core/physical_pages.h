@@ -10,8 +10,8 @@
 //   - reserved (host_reserved) bytes count every device (host) page, idle or not.
 // Idle device pages are in the idle list or parked in runs (parked_pages.h); both count as
 // idle, and acquire takes the oldest or newest of either as if they were one list.
-// Chunks (pool_types.h) are several pages in one physical allocation, for the bulk moves of
-// regions only: their pages are in pages_ and counted like any other, but never in an idle
+// Chunks (pool_types.h) are several pages in one physical allocation, for the held segments
+// of regions only: their pages are in pages_ and counted like any other, but never in an idle
 // list (they cannot be mapped alone). A chunk is idle whole or not at all between calls; an
 // idle chunk is in idle_chunks_, where acquire_chunk finds it, and release_idle returns it.
 // The epoch counts the times a page lost its last user or became idle: page_mapper.h uses it

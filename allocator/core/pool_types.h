@@ -87,10 +87,11 @@ struct PhysicalPage {
 
 // One physical allocation of several pages that moves as one piece (physical_pages.h,
 // chunks): the driver maps an allocation only whole, and per page its calls cost 10-60 times
-// what they cost for a 64 MiB allocation (docs/offload.md). Only a region's bulk moves
-// (bulk_move.cpp) create chunks, for consecutive pages of one held segment; a chunk is mapped
-// whole at those pages (page slot k at the first page's address + k pages) or nowhere, and
-// host chunks also at their home range.
+// what they cost for a 64 MiB allocation (docs/offload.md). Chunks serve held segments
+// (regions) only: a new held segment's pages are held in device chunks (PageMapper::hold), and
+// a region's bulk moves (bulk_move.cpp) move them chunk by chunk. A chunk is mapped whole at
+// consecutive pages of one held segment (page slot k at the first page's address + k pages)
+// or nowhere, and host chunks also at their home range.
 struct PhysicalChunk {
   device::PhysicalHandle handle = 0;
   bool host = false;

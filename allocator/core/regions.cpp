@@ -171,6 +171,66 @@ Error DeviceAllocator::restore_pages(const std::vector<Segment*>& segments) {
   return Error::ok;
 }
 
+Error DeviceAllocator::check_pausable(const std::string& tag,
+                                      const std::vector<Segment*>& segments, bool keep,
+                                      const char* what) const {
+  std::size_t device_pages = 0;
+  for (const Segment* seg : segments) {
+    if (!seg->held) {
+      return fail(Error::not_supported,
+                  "%s of region \"%s\": its memory is in plain segments (vmm:0); pausing "
+                  "needs paged mode", what, tag.c_str());
+    }
+    for (const Page& page : seg->pages) {
+      if (page.phys == nullptr || page.phys->host) continue;
+      if (page.phys->shared_fd >= 0) {
+        return fail(Error::not_supported, "%s of region \"%s\": its memory is shared "
+                    "with another process (CUDA IPC)", what, tag.c_str());
+      }
+      ++device_pages;
+    }
+  }
+  if (!keep || device_pages == 0) return Error::ok;
+  // host_limit covers the whole region up front: nothing changes when it cannot.
+  const std::size_t need = device_pages * mapper_.page_size();
+  const std::size_t idle_host =
+      (physical_.host_idle_list().count + physical_.idle_chunk_pages(Location::host)) *
+      mapper_.page_size();
+  const auto held = static_cast<std::size_t>(ledger_.stats().host_reserved_bytes.current);
+  if (need > idle_host && !budget_.host_allows(held, need - idle_host)) {
+    return fail(Error::out_of_memory,
+                "%s of region \"%s\": keeping %s on the host would pass host_limit "
+                "(%s; %s held)", what, tag.c_str(), format_bytes(need).c_str(),
+                format_bytes(settings_.host_limit).c_str(), format_bytes(held).c_str());
+  }
+  return Error::ok;
+}
+
+Error DeviceAllocator::prepare_pause(RegionId id) {
+  return metadata_guard("prepare_pause", ordinal_, [&] {
+    std::lock_guard lock(lock_);
+    if (!regions_.known(id)) return Error::ok;
+    const std::string tag = RegionTags::name(id);
+    if (regions_.paused(id)) {
+      return fail(Error::invalid_value, "prepare_pause of region \"%s\": it is paused",
+                  tag.c_str());
+    }
+    const std::vector<Segment*> segments = region_segments(id);
+    if (const Error err = check_pausable(tag, segments, true, "prepare_pause");
+        err != Error::ok) {
+      return err;
+    }
+    const auto start = Clock::now();
+    std::size_t pages = 0;
+    const Error err = migrator_.prepare_host(segments, &pages);
+    log().info("device {}: region \"{}\": {} of host memory ready for its pause{} in {:.1f} ms",
+               ordinal_, tag, format_bytes(pages * mapper_.page_size()),
+               err == Error::ok ? "" : " (failed)", ms_since(start));
+    if (settings_.validate) check_after_operation("prepare_pause");
+    return err;
+  });
+}
+
 Error DeviceAllocator::pause_region(RegionId id, bool keep, bool streams_known) {
   return metadata_guard("pause", ordinal_, [&] {
     std::lock_guard lock(lock_);
@@ -183,35 +243,8 @@ Error DeviceAllocator::pause_region(RegionId id, bool keep, bool streams_known) 
                   tag.c_str());
     }
     const std::vector<Segment*> segments = region_segments(id);
-    std::size_t device_pages = 0;
-    for (const Segment* seg : segments) {
-      if (!seg->held) {
-        return fail(Error::not_supported,
-                    "pause of region \"%s\": its memory is in plain segments (vmm:0); pausing "
-                    "needs paged mode", tag.c_str());
-      }
-      for (const Page& page : seg->pages) {
-        if (page.phys == nullptr || page.phys->host) continue;
-        if (page.phys->shared_fd >= 0) {
-          return fail(Error::not_supported, "pause of region \"%s\": its memory is shared "
-                      "with another process (CUDA IPC)", tag.c_str());
-        }
-        ++device_pages;
-      }
-    }
-    if (keep && device_pages != 0) {
-      // host_limit covers the whole region up front: pause changes nothing when it cannot.
-      const std::size_t need = device_pages * mapper_.page_size();
-      const std::size_t idle_host =
-          (physical_.host_idle_list().count + physical_.idle_chunk_pages(Location::host)) *
-          mapper_.page_size();
-      const auto held = static_cast<std::size_t>(ledger_.stats().host_reserved_bytes.current);
-      if (need > idle_host && !budget_.host_allows(held, need - idle_host)) {
-        return fail(Error::out_of_memory,
-                    "pause of region \"%s\": keeping %s on the host would pass host_limit "
-                    "(%s; %s held)", tag.c_str(), format_bytes(need).c_str(),
-                    format_bytes(settings_.host_limit).c_str(), format_bytes(held).c_str());
-      }
+    if (const Error err = check_pausable(tag, segments, keep, "pause"); err != Error::ok) {
+      return err;
     }
     const auto start = Clock::now();
     if (const Error err = wait_for_region(id, streams_known); err != Error::ok) return err;

@@ -457,9 +457,10 @@ void region_paths() {
   auto end = preloaded<int (*)()>("cudalloc_region_end");
   auto pause = preloaded<int (*)(const char*, int)>("cudalloc_pause");
   auto resume = preloaded<int (*)(const char*)>("cudalloc_resume");
+  auto prepare = preloaded<int (*)(const char*)>("cudalloc_prepare_pause");
   auto residency =
       preloaded<int (*)(const char*, std::size_t*, std::size_t*)>("cudalloc_region_residency");
-  if (!begin || !end || !pause || !resume || !residency) {
+  if (!begin || !end || !pause || !resume || !prepare || !residency) {
     check(false, "regions: the preload library exports the region calls");
     return;
   }
@@ -476,6 +477,8 @@ void region_paths() {
   std::memset(cache, 0x22, n);
   std::memset(outside, 0x33, n);
   std::size_t dev = 0, host = 0;
+  check(prepare("weights") == 0 && residency("weights", &dev, &host) == 0 && dev >= n &&
+            host == 0, "regions: prepare_pause pins host memory and moves nothing");
   check(pause("weights", 1) == 0 && residency("weights", &dev, &host) == 0 && dev == 0 &&
             host >= n, "regions: paused with keep, the bytes are on the host");
   check(static_cast<unsigned char*>(weights)[n - 1] == 0x11, "regions: readable while paused");

@@ -324,7 +324,8 @@ def main():
 
 
 class RegionsTest(unittest.TestCase):
-    """Sleep and wake: region(), pause(), resume(), region_residency(), is_paused()."""
+    """Sleep and wake: region(), prepare_pause(), pause(), resume(), region_residency(),
+    is_paused()."""
 
     def test_pause_keep_and_resume_keep_bytes_and_addresses(self):
         with cudalloc.region("py-weights"):
@@ -347,6 +348,29 @@ class RegionsTest(unittest.TestCase):
         self.assertFalse(cudalloc.is_paused("py-weights"))
         self.assertEqual(cudalloc.region_residency("py-weights"), (device, 0))
         self.assertEqual(ctypes.string_at(ptr + 6 * MIB - 16, 16), b"\x5a" * 16)
+        free(ptr)
+
+    def test_prepare_pause_pins_the_host_memory_ahead(self):
+        with cudalloc.region("py-prepared"):
+            ptr = allocate(6 * MIB)
+        ctypes.memset(ptr, 0x6B, 6 * MIB)
+        device, _ = cudalloc.region_residency("py-prepared")
+        cudalloc.empty_cache()  # host memory cached by the other tests' pauses goes back
+        host_before = cudalloc.stats()["host_reserved_bytes"]["current"]
+        cudalloc.prepare_pause("py-prepared")
+        pinned = cudalloc.stats()["host_reserved_bytes"]["current"]
+        self.assertGreaterEqual(pinned - host_before, device)
+        self.assertEqual(cudalloc.region_residency("py-prepared"), (device, 0))  # not moved
+        cudalloc.pause("py-prepared", keep=True)
+        self.assertEqual(cudalloc.stats()["host_reserved_bytes"]["current"], pinned)
+        self.assertEqual(ctypes.string_at(ptr, 16), b"\x6b" * 16)
+        with self.assertRaises(cudalloc.CudallocError) as ctx:
+            cudalloc.prepare_pause("py-prepared")
+        self.assertEqual(ctx.exception.code, INVALID_VALUE)
+        cudalloc.resume("py-prepared")
+        self.assertEqual(ctypes.string_at(ptr + 6 * MIB - 16, 16), b"\x6b" * 16)
+        with self.assertRaises(cudalloc.CudallocError):
+            cudalloc.prepare_pause("py-never-prepared")
         free(ptr)
 
     def test_dropped_region_comes_back_zeroed(self):

@@ -591,17 +591,22 @@ TEST_CASE("pause and resume move a region in chunks: one physical allocation per
   constexpr std::uint64_t kPieces = 3;
   Harness h;
   const RegionId r = region("test-chunks");
-  void* p = stamped_in(h, r, kBig, 3);
+  // The region's memory is held in device chunks from the start, one per piece.
+  void* p = nullptr;
+  CallCounts c = calls_of(h, [&] { p = stamped_in(h, r, kBig, 3); });
+  CHECK(c.create == kPieces);
+  CHECK(c.map == kPieces);
+  CHECK(c.access == kPieces);
   const std::size_t device_before = h.fake.used_bytes(0);
   const std::int64_t reserved_before = reserved(h);
-  // The first pause: single device pages to new host chunks, each mapped at its home and at
-  // the region, with one grant each; one unmap per piece of single pages.
-  CallCounts c = calls_of(h, [&] { REQUIRE(pause(h, r, true) == Error::ok); });
+  // The first pause: device chunks to new host chunks, each mapped at its home and at the
+  // region, with one grant each; one unmap and one release per device chunk.
+  c = calls_of(h, [&] { REQUIRE(pause(h, r, true) == Error::ok); });
   CHECK(c.create == kPieces);
   CHECK(c.map == 2 * kPieces);
   CHECK(c.access == 2 * kPieces);
   CHECK(c.unmap == kPieces);
-  CHECK(c.release == kBig / kPage);
+  CHECK(c.release == kPieces);
   CHECK(lives_on(h, p, kBig, Location::host));
   CHECK(stamped(p, kBig, 3));
   CHECK(device_before - h.fake.used_bytes(0) == kBig);
@@ -710,6 +715,121 @@ TEST_CASE("a fault in any driver call of a move between chunks keeps every byte,
       }
     }
   }
+}
+
+namespace {
+
+Error prepare(Harness& h, RegionId id) {
+  const Error err = h.alloc->prepare_pause(id);
+  h.check();
+  return err;
+}
+
+}  // namespace
+
+TEST_CASE("prepare_pause pins a later pause's host memory ahead: that pause pins nothing",
+          "[regions]") {
+  constexpr std::size_t kBig = 150 * MiB;  // pieces of 32, 32 and 11 pages
+  constexpr std::uint64_t kPieces = 3;
+  Harness h;
+  const RegionId r = region("test-prepare");
+  void* p = stamped_in(h, r, kBig, 61);
+  void* q = stamped_in(h, r, 1 * MiB, 62);  // a piece of one page: a single host page
+  const std::size_t device_before = h.fake.used_bytes(0);
+  CallCounts c = calls_of(h, [&] { REQUIRE(prepare(h, r) == Error::ok); });
+  CHECK(c.create >= kPieces);
+  const auto pinned = h.stats().host_reserved_bytes.current;
+  CHECK(pinned >= static_cast<std::int64_t>(kBig + 1 * MiB));
+  CHECK(h.fake.used_bytes(0) == device_before);  // nothing moved
+  CHECK(lives_on(h, p, kBig, Location::device));
+  CHECK(stamped(p, kBig, 61));
+  // Prepared twice: the cached memory is found again, nothing more is pinned.
+  c = calls_of(h, [&] { REQUIRE(prepare(h, r) == Error::ok); });
+  CHECK(c.create == 0);
+  CHECK(h.stats().host_reserved_bytes.current == pinned);
+  c = calls_of(h, [&] { REQUIRE(pause(h, r, true) == Error::ok); });
+  CHECK(c.create == 0);
+  CHECK(h.stats().host_reserved_bytes.current == pinned);
+  CHECK(lives_on(h, p, kBig, Location::host));
+  CHECK(stamped(p, kBig, 61));
+  CHECK(stamped(q, 1 * MiB, 62));
+  CHECK(prepare(h, r) == Error::invalid_value);  // paused
+  REQUIRE(resume(h, r) == Error::ok);
+  CHECK(stamped(p, kBig, 61));
+  // empty_cache returns prepared memory that no pause used.
+  REQUIRE(h.alloc->empty_cache() == Error::ok);
+  CHECK(h.stats().host_reserved_bytes.current == 0);
+  REQUIRE(prepare(h, r) == Error::ok);
+  REQUIRE(h.alloc->empty_cache() == Error::ok);
+  CHECK(h.stats().host_reserved_bytes.current == 0);
+  h.put(p);
+  h.put(q);
+}
+
+TEST_CASE("prepare_pause past host_limit fails and pins nothing", "[regions]") {
+  Settings s;
+  s.host_limit = 8 * MiB;
+  Harness h(s);
+  const RegionId r = region("test-prepare-limit");
+  void* p = stamped_in(h, r, 20 * MiB, 71);
+  CHECK(prepare(h, r) == Error::out_of_memory);
+  CHECK(std::string(last_error_message()).find("host_limit") != std::string::npos);
+  CHECK(h.fake.host_used_bytes() == 0);
+  CHECK(lives_on(h, p, 20 * MiB, Location::device));
+  CHECK(stamped(p, 20 * MiB, 71));
+  h.put(p);
+}
+
+TEST_CASE("prepare_pause that the driver refuses part way keeps what it pinned for the pause",
+          "[regions][faults]") {
+  Harness h;
+  const RegionId r = region("test-prepare-fault");
+  void* p = stamped_in(h, r, 150 * MiB, 72);  // pieces of 32, 32 and 11 pages
+  // Host memory runs out after the first piece: that piece stays cached, the region is
+  // untouched, and the pause works once there is memory again.
+  h.fake.fail_call(CallKind::create_physical, 2, device::Status::out_of_memory, 1000);
+  CHECK(prepare(h, r) == Error::out_of_memory);
+  h.fake.clear_faults();
+  CHECK(h.stats().host_reserved_bytes.current == static_cast<std::int64_t>(64 * MiB));
+  CHECK(lives_on(h, p, 150 * MiB, Location::device));
+  CHECK(stamped(p, 150 * MiB, 72));
+  CallCounts c = calls_of(h, [&] { REQUIRE(pause(h, r, true) == Error::ok); });
+  CHECK(c.create == 2);  // the pieces the prepare did not get
+  CHECK(stamped(p, 150 * MiB, 72));
+  REQUIRE(resume(h, r) == Error::ok);
+  CHECK(stamped(p, 150 * MiB, 72));
+  h.put(p);
+}
+
+TEST_CASE("a held segment takes single pages where no chunk can be had, and where cudalloc's "
+          "cache holds the room, it gives way to chunks", "[regions]") {
+  constexpr std::size_t kBig = 64 * MiB;  // one piece of 32 pages
+  Harness h(Settings{}, fake_options(160 * MiB));
+  const RegionId r = region("test-hold-single");
+  // The driver refuses the chunk: the segment is held in single pages, and moves as before.
+  h.fake.fail_call(CallKind::create_physical, 1, device::Status::out_of_memory);
+  void* p = nullptr;
+  CallCounts c = calls_of(h, [&] { p = stamped_in(h, r, kBig, 81); });
+  h.fake.clear_faults();
+  CHECK(c.create == 1 + kBig / kPage);
+  REQUIRE(pause(h, r, true) == Error::ok);
+  REQUIRE(resume(h, r) == Error::ok);
+  CHECK(stamped(p, kBig, 81));
+  h.put(p);
+  REQUIRE(h.alloc->empty_cache() == Error::ok);
+  // Memory freed into cudalloc's cache as single pages fills the device: the next held
+  // segment gives those pages back to the driver and takes a chunk in their room.
+  void* ballast = h.get(150 * MiB, T);
+  h.put(ballast);
+  REQUIRE(h.fake.used_bytes(0) + kBig > 160 * MiB);
+  c = calls_of(h, [&] { p = stamped_in(h, r, kBig, 82); });
+  CHECK(c.release == kBig / kPage);
+  CHECK(c.create == 2);  // refused for lack of room, then given in the room freed
+  c = calls_of(h, [&] { REQUIRE(pause(h, r, true) == Error::ok); });
+  CHECK(c.release == 1);  // the chunk, whole
+  REQUIRE(resume(h, r) == Error::ok);
+  CHECK(stamped(p, kBig, 82));
+  h.put(p);
 }
 
 TEST_CASE("resume waits for the kernels that used the paused region before remapping it",

@@ -47,7 +47,7 @@ from ._capi import (API_VERSION, LIBRARY_NAME, MAX_STATS, CudallocError, cli_pat
                     validate, version)
 from .offload import (offload, offload_optimizer_state, prefetch, prefetch_optimizer_state,
                       promote, residency)
-from .regions import is_paused, pause, region, region_residency, resume
+from .regions import is_paused, pause, prepare_pause, region, region_residency, resume
 from .summary import memory_summary
 from .torch import TooLateError, adapter_path, enable, is_enabled, mode
 
@@ -61,5 +61,5 @@ __all__ = [
     "set_memory_limit", "validate", "version", "device_count", "memory_summary",
     "snapshot", "dump_snapshot", "offload", "prefetch", "promote", "residency",
     "offload_optimizer_state", "prefetch_optimizer_state",
-    "region", "pause", "resume", "region_residency", "is_paused",
+    "region", "pause", "prepare_pause", "resume", "region_residency", "is_paused",
 ]

@@ -64,6 +64,7 @@ _SIGNATURES = {  # name: (restype, argtypes); cudalloc_error_t is an int-sized e
     "cudalloc_region_end": (_c.c_int, []),
     "cudalloc_pause": (_c.c_int, [_c.c_char_p, _c.c_int]),
     "cudalloc_resume": (_c.c_int, [_c.c_char_p]),
+    "cudalloc_prepare_pause": (_c.c_int, [_c.c_char_p]),
     "cudalloc_region_residency": (_c.c_int, [_c.c_char_p, _c.POINTER(_c.c_size_t),
                                              _c.POINTER(_c.c_size_t)]),
     "cudalloc_region_paused": (_c.c_int, [_c.c_char_p, _c.POINTER(_c.c_int)]),

@@ -6,6 +6,7 @@ and resumed at the same addresses, so tensors, views and captured CUDA graphs st
         model = build_model().cuda()
     with cudalloc.region("kv_cache"):
         cache = torch.empty(n, device="cuda")
+    cudalloc.prepare_pause("weights")       # optional: pin the host memory ahead of the pause
     cudalloc.pause("weights", keep=True)    # bytes to pinned host pages at the same addresses
     cudalloc.pause("kv_cache", keep=False)  # dropped: zero after resume
     ...                                     # another model uses the freed device memory
@@ -46,6 +47,13 @@ def pause(tag, keep=True):
     its bytes move to host memory at the same addresses (host_limit applies, and pause fails
     changing nothing without room); else they are dropped (zero after resume)."""
     _check(_function("cudalloc_pause")(_tag(tag), 1 if keep else 0), "cudalloc_pause")
+
+
+def prepare_pause(tag):
+    """Pins now the host memory that pause(tag, keep=True) would copy the region into, and
+    keeps it cached for that pause, so that the pause only copies (pinning costs about ten
+    times the copy). host_limit applies; empty_cache returns the memory unused."""
+    _check(_function("cudalloc_prepare_pause")(_tag(tag)), "cudalloc_prepare_pause")
 
 
 def resume(tag):
