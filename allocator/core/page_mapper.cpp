@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/captures.h"
 #include "core/log.h"
 #include "util/units.h"
 
@@ -476,7 +477,10 @@ Error PageMapper::acquire_device_chunk(std::size_t count, PhysicalChunk** out) {
   if (count < kMinChunkPages) return Error::out_of_memory;
   if (physical_.acquire_chunk(device::Location::device, count, out) == Error::ok) return Error::ok;
   // The room may be in cudalloc's cache as idle single pages: they give way to the chunk.
-  if (physical_.device_idle() < count || release_idle_pages(count) != count) {
+  // Not while a graph is being captured: giving a page back waits for the work that used it,
+  // and a wait on a capturing stream would end the capture (captures.h).
+  if (physical_.device_idle() < count || Captures::process().underway() ||
+      release_idle_pages(count) != count) {
     return Error::out_of_memory;
   }
   return physical_.acquire_chunk(device::Location::device, count, out);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/captures.h"
 #include "core/region_tags.h"
 #include "harness.h"
 
@@ -829,6 +830,20 @@ TEST_CASE("a held segment takes single pages where no chunk can be had, and wher
   CHECK(c.release == 1);  // the chunk, whole
   REQUIRE(resume(h, r) == Error::ok);
   CHECK(stamped(p, kBig, 82));
+  h.put(p);
+  // While a graph is captured, idle pages are not given back for a chunk (that waits for
+  // their work): the held segment takes them as they are.
+  REQUIRE(h.alloc->empty_cache() == Error::ok);
+  ballast = h.get(150 * MiB, T);
+  h.put(ballast);
+  Captures::process().began(S);
+  h.fake.set_capturing(0, S, true);
+  c = calls_of(h, [&] { p = stamped_in(h, r, kBig, 83); });
+  h.fake.set_capturing(0, S, false);
+  Captures::process().ended(S);
+  CHECK(c.release == 0);
+  CHECK(h.fake.capture_violations() == 0);
+  CHECK(stamped(p, kBig, 83));
   h.put(p);
 }
 
