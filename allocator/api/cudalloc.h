@@ -146,8 +146,13 @@ cudalloc_error_t cudalloc_residency(const void* ptr, size_t* device_bytes, size_
  * several times slower than later ones, which reuse what the first pinned. Call it while the
  * GPU does other work (loading a model, say); it blocks allocations on the device meanwhile,
  * as pause does. host_limit applies: CUDALLOC_ERROR_MEMORY_ALLOCATION, pinning nothing, when
- * the host has no room. The memory stays cached (host reserved in the stats) until a pause
- * uses it or cudalloc_empty_cache returns it. CUDALLOC_ERROR_INVALID_VALUE while paused. */
+ * the host has no room for the whole region; a driver failure part way returns its error and
+ * keeps what was pinned. The memory stays cached (host reserved in the stats) until a pause
+ * uses it or cudalloc_empty_cache returns it. CUDALLOC_ERROR_INVALID_VALUE while paused.
+ *
+ * A region's memory is held in physical allocations of up to 64 MiB that pause and resume move
+ * whole: cudalloc_offload and cudalloc_prefetch of it, and sharing it with another process
+ * (CUDA IPC), answer CUDALLOC_ERROR_NOT_SUPPORTED. */
 cudalloc_error_t cudalloc_region_begin(const char* tag);
 cudalloc_error_t cudalloc_region_end(void);
 cudalloc_error_t cudalloc_pause(const char* tag, int keep_contents);

@@ -234,6 +234,9 @@ Error Migrator::queue_copies_to_host(SegmentMove& m, StreamHandle stream) {
     ++at_piece;
   }
   if (err != Error::ok || m.plain) {
+    // Copies into them may be queued: they finish before the pages are idle (an idle host
+    // chunk may be released at once). A failed wait means a failed device.
+    if (!m.fresh.empty()) sync_.wait_for(stream);
     for (PhysicalPage* p : m.fresh) physical_.make_idle(*p);
     m.fresh.clear();
   }
@@ -314,6 +317,12 @@ Error Migrator::finish_move(SegmentMove& m, Location to, StreamHandle stream,
     const std::size_t end = piece_end(m.pages, k);  // the pieces queue_copies_to_host took
     if (err == Error::ok) err = wait_for_copies(m, piece, stream);
     if (err == Error::ok) err = remap_run(m.pages, m.fresh, m.old, k, end);
+    if (err != Error::ok && !m.waited) {
+      // The pieces left stay on their old pages; copies into their new ones may still run
+      // and finish before those go idle (an idle host chunk may be released at once).
+      m.waited = true;
+      sync_.wait_for(stream);
+    }
     std::vector<PhysicalPage*> left;
     for (std::size_t i = k; i < end; ++i) {
       if (err != Error::ok) {

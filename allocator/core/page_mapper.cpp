@@ -141,7 +141,10 @@ Error PageMapper::claim(Page& page, const Request& request) {
   PhysicalPage* phys = page.phys;
   // The page's own physical page may be owned by a parked page: then it is idle in truth.
   const bool owner_parked = phys != nullptr && phys->owner != &page && physical_.owner_parked(*phys);
-  const bool idle_here = phys != nullptr && (phys->owner == nullptr || owner_parked);
+  // A chunk's page (a held segment's, left mapped where releasing the hold failed) is not
+  // taken alone: its mapping goes (the whole chunk's) and the page gets memory of its own.
+  const bool idle_here =
+      phys != nullptr && phys->chunk == nullptr && (phys->owner == nullptr || owner_parked);
   // cache_only: only a page whose idle physical page is still mapped here, with access, serves
   // (no driver call); anything else is a miss the caller answers with a fence.
   if (!request.may_grow() &&
@@ -305,7 +308,15 @@ Error PageMapper::grant(Page& page) {
 }
 
 Error PageMapper::unmap(Page& page) {
-  if (!wait_until_settled(*page.segment->pool, page.idle_since)) {
+  std::uint64_t epoch = page.idle_since;
+  std::size_t first = 0;
+  if (page.phys->chunk != nullptr && mapped_chunk_span(page, &first) == Error::ok) {
+    // The chunk's mapping goes whole: after the last use of any page it covers.
+    for (std::size_t j = 0; j < page.phys->chunk->count(); ++j) {
+      epoch = std::max(epoch, page.segment->pages[first + j].idle_since);
+    }
+  }
+  if (!wait_until_settled(*page.segment->pool, epoch)) {
     return fail(Error::device_error, "device %d: unmapping a page at %#zx failed: waiting for "
                 "its stream failed %s", ordinal_, static_cast<std::size_t>(address_of(page)),
                 device_.last_failure());
@@ -493,8 +504,9 @@ Error PageMapper::hold_chunk(Segment& seg, std::size_t first, PhysicalChunk& chu
   if (err == Error::ok) err = grant(head);
   if (err != Error::ok) {
     // Nothing queued used the mapping: it goes at once. Should that fail too, the pages stay
-    // mapped without users (the caller's undo retries the unmap).
-    if (head.phys != nullptr && unmap_now(head) != Error::ok) return err;
+    // mapped without users (the caller's undo retries the unmap); the chunk is idle either
+    // way (acquire_chunk takes only chunks mapped nowhere).
+    if (head.phys != nullptr) unmap_now(head);
     for (PhysicalPage* p : chunk.pages) physical_.make_idle(*p);
     return err;
   }

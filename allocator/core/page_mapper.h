@@ -218,7 +218,10 @@ class PageMapper {
   // driver call. False when anything else is needed (claim() does it).
   bool claim_in_place(Page& page) {
     PhysicalPage* phys = page.phys;
-    if (phys == nullptr || phys->owner != nullptr || !page.accessible || phys->host) return false;
+    if (phys == nullptr || phys->owner != nullptr || !page.accessible || phys->host ||
+        phys->chunk != nullptr) {
+      return false;
+    }
     physical_.take_idle(*phys);
     adopt(page, *phys);
     return true;

@@ -152,8 +152,8 @@ Error PhysicalPages::create(Location where, PhysicalPage** out) {
 Error PhysicalPages::share(PhysicalPage& phys, int* fd) {
   if (phys.chunk != nullptr) {
     return fail(Error::not_supported,
-                "device %d: memory of a region that pause and resume have moved cannot be "
-                "shared with another process", ordinal_);
+                "device %d: memory of a region (held in chunks, moved by pause and resume "
+                "whole) cannot be shared with another process", ordinal_);
   }
   if (phys.shared_fd < 0) {
     if (phys.host) {

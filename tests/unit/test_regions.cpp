@@ -847,6 +847,60 @@ TEST_CASE("a held segment takes single pages where no chunk can be had, and wher
   h.put(p);
 }
 
+TEST_CASE("a region's segment whose hold could not be released serves later requests with "
+          "memory of its own, never a chunk's page alone", "[regions][faults]") {
+  constexpr std::size_t kBig = 64 * MiB;  // one chunk of 32 pages
+  Harness h;
+  const RegionId r = region("test-hold-release-fails");
+  void* p = stamped_in(h, r, kBig, 91);
+  h.put(p);
+  // empty_cache ends the hold; the chunk's unmaps fail (there and when the cache is
+  // released): the segment stays, an ordinary paged one, with the chunk mapped and idle.
+  h.fake.fail_call(CallKind::unmap, 1, device::Status::device_error, 1000);
+  (void)h.alloc->empty_cache();
+  h.fake.clear_faults();
+  h.check();
+  // The region's next request lands there: the chunk's mapping goes whole, and every page
+  // gets memory of its own.
+  void* q = nullptr;
+  CallCounts c = calls_of(h, [&] { q = stamped_in(h, r, 16 * MiB, 92); });
+  h.check();
+  CHECK(c.unmap == 1);  // the chunk, whole
+  CHECK(c.create == 16 * MiB / kPage);
+  CHECK(stamped(q, 16 * MiB, 92));
+  void* t = h.get(32 * MiB, S);  // outside the region
+  fill_pattern(t, 32 * MiB, 93);
+  CHECK(stamped(q, 16 * MiB, 92));
+  CHECK(holds_pattern(t, 32 * MiB, 93));
+  h.put(t);
+  h.put(q);
+  REQUIRE(h.alloc->empty_cache() == Error::ok);
+  h.check();
+  CHECK(h.fake.used_bytes(0) == 0);
+}
+
+TEST_CASE("a pause that fails on one piece lets the copies of the later pieces finish before "
+          "their host pages go idle", "[regions][faults]") {
+  constexpr std::size_t kBig = 150 * MiB;  // pieces of 32, 32 and 11 pages
+  FakeDevice::Options o = fake_options();
+  o.manual_streams = true;
+  Harness h(Settings{}, o);
+  const RegionId r = region("test-piece-fails");
+  void* p = stamped_in(h, r, kBig, 95);
+  REQUIRE(prepare(h, r) == Error::ok);  // the host chunks exist: the pause maps only remaps
+  h.fake.fail_call(CallKind::map, 2, device::Status::device_error);  // the second piece's
+  CHECK(pause(h, r, true) == Error::device_error);
+  h.fake.clear_faults();
+  CHECK(h.fake.stream_idle(0, S));  // no copy still runs into the idle host chunks
+  CHECK(h.fake.bad_copies() == 0);
+  CHECK(stamped(p, kBig, 95));
+  REQUIRE(pause(h, r, true) == Error::ok);
+  REQUIRE(resume(h, r) == Error::ok);
+  h.fake.complete_all();
+  CHECK(stamped(p, kBig, 95));
+  h.put(p);
+}
+
 TEST_CASE("resume waits for the kernels that used the paused region before remapping it",
           "[regions]") {
   FakeDevice::Options o = fake_options();
