@@ -164,6 +164,11 @@ Error Migrator::wait_for_copies(SegmentMove& m, std::size_t piece, StreamHandle 
     m.copied[piece].reset();  // back to the pool for the pieces still being queued
     return Error::ok;
   }
+  return drain(m, stream);
+}
+
+Error Migrator::drain(SegmentMove& m, StreamHandle stream) {
+  if (m.waited) return Error::ok;
   m.waited = true;
   return sync_.wait_for(stream);
 }
@@ -236,7 +241,7 @@ Error Migrator::queue_copies_to_host(SegmentMove& m, StreamHandle stream) {
   if (err != Error::ok || m.plain) {
     // Copies into them may be queued: they finish before the pages are idle (an idle host
     // chunk may be released at once). A failed wait means a failed device.
-    if (!m.fresh.empty()) sync_.wait_for(stream);
+    if (!m.fresh.empty()) drain(m, stream);
     for (PhysicalPage* p : m.fresh) physical_.make_idle(*p);
     m.fresh.clear();
   }
@@ -279,7 +284,7 @@ Error Migrator::remap_to_device(SegmentMove& m, StreamHandle stream) {
   if (err != Error::ok) {
     // Copies into the remapped pieces may be running: they finish before those pieces are
     // unmapped. If the wait fails the device has failed; the host pages keep the bytes.
-    if (m.remapped != 0) sync_.wait_for(stream);
+    if (m.remapped != 0) drain(m, stream);
     restore_run(m.pages, m.old, 0, m.remapped);
     for (PhysicalPage* p : m.fresh) physical_.make_idle(*p);
     m.fresh.clear();
@@ -317,12 +322,9 @@ Error Migrator::finish_move(SegmentMove& m, Location to, StreamHandle stream,
     const std::size_t end = piece_end(m.pages, k);  // the pieces queue_copies_to_host took
     if (err == Error::ok) err = wait_for_copies(m, piece, stream);
     if (err == Error::ok) err = remap_run(m.pages, m.fresh, m.old, k, end);
-    if (err != Error::ok && !m.waited) {
-      // The pieces left stay on their old pages; copies into their new ones may still run
-      // and finish before those go idle (an idle host chunk may be released at once).
-      m.waited = true;
-      sync_.wait_for(stream);
-    }
+    // The pieces left stay on their old pages; copies into their new ones may still run
+    // and finish before those go idle (an idle host chunk may be released at once).
+    if (err != Error::ok) drain(m, stream);
     std::vector<PhysicalPage*> left;
     for (std::size_t i = k; i < end; ++i) {
       if (err != Error::ok) {

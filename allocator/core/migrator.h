@@ -100,6 +100,10 @@ class Migrator {
   Error remap_to_device(SegmentMove& m, StreamHandle stream);
   // Waits for the copies of piece `piece` of a move (copied[piece], else the whole stream).
   Error wait_for_copies(SegmentMove& m, std::size_t piece, StreamHandle stream);
+  // Waits once per move for everything queued on `stream`, every copy of the move included:
+  // before pages that copies may still write go idle, and when an event cannot say. A failed
+  // wait means a failed device.
+  Error drain(SegmentMove& m, StreamHandle stream);
   Error finish_move(SegmentMove& m, device::Location to, StreamHandle stream,
                     std::size_t* released);
   // The physical pages a finished piece left: back to the driver with `released` (counted),
