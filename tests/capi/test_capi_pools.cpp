@@ -78,6 +78,9 @@ TEST_CASE("C API: a private pool keeps its memory and reports its allocations", 
 }
 
 TEST_CASE("C API: paged memory has no IPC handle, and says why", "[capi]") {
+  // A released private pool's plain segments join the shared pools (private_pools.cpp): with
+  // the cache emptied first, the allocation below is paged whatever ran before in the process.
+  REQUIRE(cudalloc_empty_cache(-1) == CUDALLOC_SUCCESS);
   void* p = nullptr;
   REQUIRE(cudalloc_allocate(&p, 4 << 20, 0, stream(0)) == CUDALLOC_SUCCESS);
   unsigned char handle[CUDALLOC_IPC_HANDLE_BYTES];
@@ -90,6 +93,9 @@ TEST_CASE("C API: paged memory has no IPC handle, and says why", "[capi]") {
 }
 
 TEST_CASE("C API: paged memory is shared by its pages and opened again", "[capi][ipc]") {
+  // A released private pool's plain segments join the shared pools (private_pools.cpp): with
+  // the cache emptied first, the allocation below is paged whatever ran before in the process.
+  REQUIRE(cudalloc_empty_cache(-1) == CUDALLOC_SUCCESS);
   void* p = nullptr;
   REQUIRE(cudalloc_allocate(&p, 4 << 20, 0, stream(0)) == CUDALLOC_SUCCESS);
   std::memset(p, 0x5a, 4 << 20);
