@@ -438,12 +438,16 @@ bool PageMapper::release_hold(Segment& seg) {
   }
   bool unmapped = true;
   std::vector<PhysicalChunk*> device_chunks;
-  for (Page& page : seg.pages) {
+  for (std::size_t i = 0; i < seg.pages.size(); ++i) {
+    Page& page = seg.pages[i];
     if (page.phys == nullptr) continue;
     PhysicalChunk* chunk = page.phys->chunk;
-    const bool ok = unmap_now(page) == Error::ok;
-    unmapped = ok && unmapped;
-    if (ok && chunk != nullptr && !chunk->host) device_chunks.push_back(chunk);
+    if (unmap_now(page) != Error::ok) {
+      unmapped = false;
+      i = last_sharing_mapping(seg, i);
+      continue;
+    }
+    if (chunk != nullptr && !chunk->host) device_chunks.push_back(chunk);
   }
   // Device chunks serve bulk moves only: back to the driver (host chunks stay cached, for the
   // next pause).
@@ -577,10 +581,11 @@ bool PageMapper::release_cached() {
   pools_.for_each([&](StreamPool& pool) {
     for (Segment* seg : pool.segments) {
       if (seg->mapped_pages == 0) continue;
-      for (Page& page : seg->pages) {
-        if (page.phys != nullptr && page.users == 0 && unmap(page) != Error::ok) {
-          log().warn("device {}: {}", ordinal_, last_error_message());
-        }
+      for (std::size_t i = 0; i < seg->pages.size(); ++i) {
+        Page& page = seg->pages[i];
+        if (page.phys == nullptr || page.users != 0 || unmap(page) == Error::ok) continue;
+        log().warn("device {}: {}", ordinal_, last_error_message());
+        i = last_sharing_mapping(*seg, i);
       }
     }
   });

@@ -30,6 +30,7 @@
 // Not thread-safe: the device allocator's lock guards it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -195,6 +196,18 @@ class PageMapper {
   // The same for a page mapped to a chunk already: its chunk and slot are the page's own.
   Error mapped_chunk_span(Page& page, std::size_t* first) const {
     return chunk_span(page, *page.phys->chunk, page.phys->slot, first);
+  }
+  // The index of the last page that shares page i's mapping: a chunk's span (one mapping,
+  // unmapped whole), else i. A pass over the pages whose unmap of page i failed skips to it,
+  // so that it tries each mapping once.
+  std::size_t last_sharing_mapping(Segment& seg, std::size_t i) const {
+    Page& page = seg.pages[i];
+    std::size_t first = 0;
+    if (page.phys == nullptr || page.phys->chunk == nullptr ||
+        mapped_chunk_span(page, &first) != Error::ok) {
+      return i;
+    }
+    return std::max(i, first + page.phys->chunk->count() - 1);
   }
   Error attach_chunk(Page& page, PhysicalPage& phys);
   Error unmap_chunk_now(Page& page);

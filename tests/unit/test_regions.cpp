@@ -857,9 +857,13 @@ TEST_CASE("a region's segment whose hold could not be released serves later requ
   // empty_cache ends the hold; the chunk's unmaps fail (there and when the cache is
   // released): the segment stays, an ordinary paged one, with the chunk mapped and idle.
   h.fake.fail_call(CallKind::unmap, 1, device::Status::device_error, 1000);
+  const std::uint64_t unmaps_before = h.fake.calls(CallKind::unmap);
   (void)h.alloc->empty_cache();
   h.fake.clear_faults();
   h.check();
+  // The chunk's pages share one mapping: each pass tries its unmap once (ending the hold,
+  // then releasing the cache), not once per page.
+  CHECK(h.fake.calls(CallKind::unmap) - unmaps_before == 2);
   // The region's next request lands there: the chunk's mapping goes whole, and every page
   // gets memory of its own.
   void* q = nullptr;
