@@ -1,6 +1,7 @@
 // page-move-bench: what moving pages between device and host memory costs, call by call.
 //
-//   page-move-bench [PAGES]     (default 256 pages of the device's VMM granularity)
+//   page-move-bench [PAGES [BACKGROUND]]   (default 256 pages of the device's VMM granularity;
+//                                          BACKGROUND single-page allocations held meanwhile)
 //
 // Through cudalloc's own device layer (the calls the allocator makes), for physical pages on
 // the device and on the host: cuMemCreate, cuMemMap, cuMemSetAccess per page and for the whole
@@ -10,7 +11,9 @@
 // page-table calls again with physical allocations of 16 and 64 MiB, each mapped whole, and
 // mapped page by page. Last, how fast host memory is pinned (cuMemCreate of host-located 64 MiB
 // allocations) by 1, 2, 4 and 8 threads at once: what the first pause of a kept region waits
-// for.
+// for. Also what giving idle single pages back costs beside a resume's copies: one unmap over a
+// run of them, and unmap + release while a copy runs; and on a device full of single pages, what
+// a refused cuMemCreate costs.
 // Prints microseconds per page and GB/s. Exit 77 without a GPU.
 #include <algorithm>
 #include <chrono>
@@ -89,6 +92,30 @@ void tear_down(device::Device& dev, Range& r, std::size_t page, const char* name
   std::printf("%-6s pages: unmap %6.1f us, release %7.1f us per page\n", name, unmap, release);
 }
 
+// Creates, maps and grants `pages` single-page allocations of device memory at one range,
+// without printing (for the release measurements below).
+bool build_quietly(device::Device& dev, std::size_t pages, std::size_t page, Range* r) {
+  if (!ok(dev.reserve(0, pages * page, &r->va))) return false;
+  r->handles.resize(pages);
+  for (std::size_t i = 0; i < pages; ++i) {
+    if (!ok(dev.create_physical(0, page, Location::device, &r->handles[i])) ||
+        !ok(dev.map(r->va + i * page, page, r->handles[i], 0))) {
+      return false;
+    }
+  }
+  return ok(dev.set_access(0, r->va, pages * page));
+}
+
+// Unmaps and releases every page of `r`, page by page, and returns its range; microseconds
+// per page, or -1 on a failure.
+double release_pages(device::Device& dev, Range& r, std::size_t page) {
+  const double us = per_page(r.handles.size(), [&](std::size_t i) {
+    return ok(dev.unmap(r.va + i * page, page)) && ok(dev.release_physical(r.handles[i]));
+  });
+  dev.unreserve(r.va, r.handles.size() * page);
+  return us;
+}
+
 double copy_gbps(device::Device& dev, std::uintptr_t dst, std::uintptr_t src, std::size_t bytes,
                  device::EventHandle event) {
   dev.copy(0, dst, src, bytes, 0);  // warm-up
@@ -124,6 +151,87 @@ void bench_moves(device::Device& dev, std::size_t pages, std::size_t page) {
                 back == Error::ok ? "" : " FAILED");
   }
   alloc.deallocate(p);
+}
+
+// What giving idle single pages back costs where a resume needs their room (resume into
+// cudalloc's cache): (a) one cuMemUnmap over a run of separately created pages, then a
+// release each; (b) unmap and release page by page alone, and while a host -> device copy of
+// `dst`'s size runs on the stream, to see whether the driver calls overlap the copy.
+void bench_release_runs(device::Device& dev, std::uintptr_t dst, std::uintptr_t src,
+                        std::size_t pages, std::size_t page, device::EventHandle event) {
+  Range run;
+  if (!build_quietly(dev, pages, page, &run)) {
+    std::printf("release runs: building a range failed: %s\n", dev.last_failure());
+    return;
+  }
+  double start = now_us();
+  const bool one_call = ok(dev.unmap(run.va, pages * page));
+  const double unmap_us = (now_us() - start) / static_cast<double>(pages);
+  if (!one_call) {
+    std::printf("device pages: one unmap over %zu single-page mappings refused (%s)\n", pages,
+                dev.last_failure());
+    release_pages(dev, run, page);
+  } else {
+    const double release_us = per_page(pages, [&](std::size_t i) {
+      return ok(dev.release_physical(run.handles[i]));
+    });
+    dev.unreserve(run.va, pages * page);
+    std::printf("device pages: one unmap over %zu single-page mappings %6.2f us per page, then "
+                "release %6.1f us per page\n", pages, unmap_us, release_us);
+  }
+  Range alone, during;
+  if (!build_quietly(dev, pages, page, &alone) || !build_quietly(dev, pages, page, &during)) {
+    std::printf("release runs: building a range failed: %s\n", dev.last_failure());
+    return;
+  }
+  const double alone_us = release_pages(dev, alone, page);
+  const std::size_t bytes = pages * page;
+  dev.synchronize(0);
+  start = now_us();
+  dev.copy(0, dst, src, bytes, 0);
+  dev.event_record(0, event, 0);
+  dev.event_synchronize(event);
+  const double copy_ms = (now_us() - start) / 1e3;
+  start = now_us();
+  dev.copy(0, dst, src, bytes, 0);
+  const double during_us = release_pages(dev, during, page);
+  dev.event_record(0, event, 0);
+  dev.event_synchronize(event);
+  const double both_ms = (now_us() - start) / 1e3;
+  std::printf("device pages: unmap + release page by page %6.1f us per page alone, %6.1f while "
+              "a %zu MiB host -> device copy runs; copy alone %.2f ms, copy with the releases "
+              "%.2f ms (releases alone %.2f ms)\n", alone_us, during_us, bytes >> 20, copy_ms,
+              both_ms, alone_us * static_cast<double>(pages) / 1e3);
+}
+
+// With the device full of single pages (a cache that holds all of it, as a resume into
+// cudalloc's idle pages finds it): what a cuMemCreate that the driver refuses costs, for a
+// page and for a 64 MiB chunk, and what asking the driver for its free memory costs.
+void bench_full_device(device::Device& dev, std::size_t page) {
+  std::vector<device::PhysicalHandle> held;
+  device::PhysicalHandle h = 0;
+  while (ok(dev.create_physical(0, page, Location::device, &h))) held.push_back(h);
+  auto refused_us = [&](std::size_t bytes) {
+    const double start = now_us();
+    for (int i = 0; i < 10; ++i) {
+      device::PhysicalHandle none = 0;
+      if (ok(dev.create_physical(0, bytes, Location::device, &none))) {
+        dev.release_physical(none);
+        return -1.0;
+      }
+    }
+    return (now_us() - start) / 10;
+  };
+  const double page_us = refused_us(page);
+  const double chunk_us = refused_us(std::size_t{64} << 20);
+  std::size_t free_bytes = 0, total = 0;
+  const double info_us = per_page(64, [&](std::size_t) {
+    return ok(dev.mem_info(0, &free_bytes, &total));
+  });
+  std::printf("full device (%zu pages held, %zu MiB free): a refused create costs %.1f us for "
+              "one page, %.1f us for 64 MiB; mem_info %.2f us\n", held.size(), free_bytes >> 20,
+              page_us, chunk_us, info_us);
+  for (device::PhysicalHandle each : held) dev.release_physical(each);
 }
 
 // The same range backed by physical allocations of `chunk` bytes, each mapped whole: what the
@@ -263,6 +371,7 @@ void bench_host_pinning(device::Device& dev, std::size_t total, std::size_t page
 
 int main(int argc, char** argv) {
   const std::size_t pages = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 256;
+  const std::size_t background = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 0;
   auto dev = device::make_cuda_device();
   if (dev->device_count() == 0 || dev->granularity(0) == 0 || pages == 0) {
     std::printf("SKIP: no CUDA device with virtual memory management\n");
@@ -270,6 +379,19 @@ int main(int argc, char** argv) {
   }
   const std::size_t page = dev->granularity(0);
   std::printf("page-move-bench: %zu pages of %zu KiB\n", pages, page >> 10);
+  // Live single-page allocations held throughout, as a paged cache of that size holds them:
+  // whether the driver's calls cost more with many allocations in the process.
+  Range held;
+  if (background != 0) {
+    const double start = now_us();
+    if (!build_quietly(*dev, background, page, &held)) {
+      std::printf("building %zu background pages failed: %s\n", background, dev->last_failure());
+      return 1;
+    }
+    std::printf("%zu background single-page allocations held (%zu MiB), built at %.1f us per "
+                "page\n", background, (background * page) >> 20,
+                (now_us() - start) / static_cast<double>(background));
+  }
   Range on_device, on_host;
   if (!build(*dev, Location::device, pages, page, &on_device) ||
       !build(*dev, Location::host, pages, page, &on_host)) {
@@ -286,6 +408,7 @@ int main(int argc, char** argv) {
     return ok(dev->event_record(0, event, 0)) && ok(dev->event_synchronize(event));
   });
   std::printf("event record + synchronize on an idle stream: %.1f us\n", sync);
+  bench_release_runs(*dev, on_device.va, on_host.va, pages, page, event);
   dev->event_destroy(event);
   tear_down(*dev, on_device, page, "device");
   tear_down(*dev, on_host, page, "host");
@@ -293,5 +416,11 @@ int main(int argc, char** argv) {
   bench_chunks(*dev, pages, page);
   bench_chunk_pages(*dev, pages, page);
   bench_host_pinning(*dev, std::max<std::size_t>(bytes, std::size_t{2} << 30), page);
+  if (background != 0) {
+    // The background pages were granted in one call over their whole range.
+    std::printf("%zu background pages (one range, one grant): unmap + release page by page "
+                "%.1f us per page\n", background, release_pages(*dev, held, page));
+  }
+  bench_full_device(*dev, page);
   return 0;
 }
