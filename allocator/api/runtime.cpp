@@ -6,10 +6,12 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "api/hooks.h"
 #include "api/options.h"
 #include "core/log.h"
+#include "device/timed_device.h"
 
 namespace cudalloc {
 namespace {
@@ -42,9 +44,17 @@ Allocator* make_process_allocator() {
     for (const std::string& warning : parse_conf(conf, &settings)) log().warn("{}", warning);
   }
   settings.streams = g_visibility.load();
-  device::Device& device = device::process_device();
-  log().debug("using the {} device layer, {} device(s)", device.name(), device.device_count());
-  auto* allocator = new Allocator(device, settings);
+  device::Device* device = &device::process_device();
+  if (settings.time_device_calls) {
+    // Lives as long as the process device does (never destroyed: see process_device).
+    if (auto* timed = new (std::nothrow) device::TimedDevice(*device)) {
+      device = timed;
+    } else {
+      log().warn("time_device_calls: no memory for the timer; device calls are not timed");
+    }
+  }
+  log().debug("using the {} device layer, {} device(s)", device->name(), device->device_count());
+  auto* allocator = new Allocator(*device, settings);
   g_created.store(allocator, std::memory_order_release);
   pthread_atfork(&lock_for_fork, &unlock_after_fork, &unlock_after_fork);
   return allocator;

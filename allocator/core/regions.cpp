@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/call_profile.h"
 #include "core/device_allocator.h"
 #include "core/log.h"
 #include "util/units.h"
@@ -107,11 +108,12 @@ Error DeviceAllocator::keep_on_host(const std::vector<Segment*>& segments) {
   // The device pages the region leaves go back to the driver as each piece is moved (idle
   // where the driver refuses).
   std::size_t released = 0;
+  const CallProfile profile(device_);
   const auto start = Clock::now();
   const Error err = migrator_.move_segments(segments, Location::host,
                                             segments.front()->pool->stream, &released);
-  log().debug("device {}: pause: moved to the host, {} device pages released, in {:.2f} ms",
-              ordinal_, released, ms_since(start));
+  log().debug("device {}: pause: moved to the host, {} device pages released, in {:.2f} ms{}",
+              ordinal_, released, ms_since(start), profile.summary());
   return err;
 }
 
@@ -162,6 +164,7 @@ Error DeviceAllocator::restore_pages(const std::vector<Segment*>& segments) {
   // (within host_limit): the next pause reuses them without pinning memory again, and
   // empty_cache gives them back.
   const Stats before = ledger_.stats();
+  const CallProfile profile(device_);
   const auto start = Clock::now();
   const Error err = migrator_.move_segments(segments, Location::device,
                                             segments.front()->pool->stream, nullptr);
@@ -169,12 +172,13 @@ Error DeviceAllocator::restore_pages(const std::vector<Segment*>& segments) {
   // Where the room came from: idle pages given back (each unmapped wherever it was mapped,
   // after a wait for its stream) cost far more than new memory.
   log().debug("device {}: resume: moved to the device in {:.2f} ms; {} device allocations given "
-              "back, {} unmaps, {} host waits; mapped before: {} over {} reserved", ordinal_,
+              "back, {} unmaps, {} host waits; mapped before: {} over {} reserved{}", ordinal_,
               ms_since(start), after.device_frees.total - before.device_frees.total,
               after.page_unmaps.total - before.page_unmaps.total,
               after.page_waits.total - before.page_waits.total,
               format_bytes(static_cast<std::size_t>(before.mapped_bytes.current)),
-              format_bytes(static_cast<std::size_t>(before.reserved_bytes.current)));
+              format_bytes(static_cast<std::size_t>(before.reserved_bytes.current)),
+              profile.summary());
   if (err != Error::ok || !zeroed) return err;
   // The zeroing is done before the caller's next work may see the memory.
   for (Segment* seg : segments) {
@@ -246,6 +250,7 @@ Error DeviceAllocator::prepare_pause(RegionId id) {
 Error DeviceAllocator::pause_region(RegionId id, bool keep, bool streams_known) {
   return metadata_guard("pause", ordinal_, [&] {
     std::lock_guard lock(lock_);
+    const CallProfile profile(device_);
     settle_fast_frees();  // their pages are idle memory that resume may reuse
     if (!regions_.known(id)) return Error::ok;
     const std::string tag = RegionTags::name(id);
@@ -273,9 +278,10 @@ Error DeviceAllocator::pause_region(RegionId id, bool keep, bool streams_known) 
     region.kept = keep;
     region.streams_known = streams_known;
     for (Segment* seg : segments) seg->paused = region.state == Regions::State::paused;
-    log().info("device {}: region \"{}\" {} {} ({} segments) in {:.1f} ms ({:.1f} ms waiting "
-               "for its work)", ordinal_, tag, keep ? "kept on the host" : "dropped",
-               err == Error::ok ? "" : "(failed)", segments.size(), ms_since(start), wait_ms);
+    log().info("device {}: region \"{}\" {}{} ({} segments) in {:.1f} ms ({:.1f} ms waiting "
+               "for its work){}", ordinal_, tag, keep ? "kept on the host" : "dropped",
+               err == Error::ok ? "" : " (failed)", segments.size(), ms_since(start), wait_ms,
+               profile.summary());
     if (settings_.validate) check_after_operation("pause");
     return err;
   });
@@ -284,6 +290,7 @@ Error DeviceAllocator::pause_region(RegionId id, bool keep, bool streams_known) 
 Error DeviceAllocator::resume_region(RegionId id) {
   return metadata_guard("resume", ordinal_, [&] {
     std::lock_guard lock(lock_);
+    const CallProfile profile(device_);
     settle_fast_frees();  // their pages are idle memory that resume may reuse
     if (!regions_.known(id) || !regions_.paused(id)) return Error::ok;
     Regions::Region& region = regions_.get(id);
@@ -311,9 +318,9 @@ Error DeviceAllocator::resume_region(RegionId id) {
       region.state = Regions::State::active;
       region.kept = false;
     }
-    log().info("device {}: region \"{}\" resumed{} ({} segments) in {:.1f} ms", ordinal_,
+    log().info("device {}: region \"{}\" resumed{} ({} segments) in {:.1f} ms{}", ordinal_,
                RegionTags::name(id), err == Error::ok ? "" : " (failed)", segments.size(),
-               ms_since(start));
+               ms_since(start), profile.summary());
     if (settings_.validate) check_after_operation("resume");
     return err;
   });

@@ -50,6 +50,9 @@ struct Settings {
   StreamVisibility streams = StreamVisibility::unseen_possible;
   // Run the invariant checker after every operation (slow; for debugging).
   bool validate = false;
+  // Time every device call by kind (the runtime puts a TimedDevice under the allocator); the
+  // logs of pause and resume then say where their time went.
+  bool time_device_calls = false;
   // Events kept per device in the trace ring buffer (0: no trace).
   std::size_t trace = 0;
   // Snapshot files written when an allocation fails for lack of memory, and at exit ("" =

@@ -36,6 +36,10 @@ const char* call_kind_name(CallKind k) {
   return i >= 0 && i < kCallKinds ? kNames[i] : "unknown";
 }
 
+const char* call_slot_name(int slot) {
+  return slot == kCallKinds ? "query" : call_kind_name(static_cast<CallKind>(slot));
+}
+
 bool parse_fake_spec(const char* spec, FakeDevice::Options* options) {
   // spec is "", ":CAPACITY" or ":CAPACITY:DEVICES"
   if (spec == nullptr || *spec == '\0') return true;

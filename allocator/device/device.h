@@ -68,6 +68,17 @@ enum class CallKind : int {
 constexpr int kCallKinds = static_cast<int>(CallKind::count_);
 const char* call_kind_name(CallKind k);
 
+// Device calls and the time spent in them, by kind, as a TimedDevice counts them. Slot
+// kCallKinds holds the calls that have no CallKind: queries (mem_info, granularity, the
+// current device, capture state) and ipc_handle.
+struct CallTimes {
+  static constexpr int kSlots = kCallKinds + 1;
+  std::uint64_t calls[kSlots] = {};
+  std::uint64_t ns[kSlots] = {};
+};
+// The name of slot `slot` of CallTimes: call_kind_name, or "query" for the last.
+const char* call_slot_name(int slot);
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -175,6 +186,13 @@ class Device {
     (void)stream;
     *id = 0;
     return Status::ok;
+  }
+
+  // The calls made so far and their time, by kind, where this device counts them (a
+  // TimedDevice); false otherwise.
+  virtual bool call_times(CallTimes* out) const {
+    (void)out;
+    return false;
   }
 
   // The calling thread's last failure in the device's own words ("CUDA_ERROR_OUT_OF_MEMORY"),

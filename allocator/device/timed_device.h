@@ -9,6 +9,10 @@
 // interval (calibrated once at construction on wrapped calls of nothing), so that timing the
 // calls does not add to the allocator's figure either.
 //
+// It also keeps the calls and their time by kind (call_times), which the runtime reads when
+// CUDALLOC_CONF has time_device_calls: the debug log of pause and resume then says where their
+// time went.
+//
 // Thread-safe (relaxed atomic counters); the inner device keeps its own contracts.
 #pragma once
 
@@ -64,16 +68,21 @@ class TimedDevice final : public Device {
   Status ipc_handle(int dev, void* ptr, unsigned char* handle) override;
   Status stream_capturing(int dev, StreamHandle stream, bool* capturing) override;
   Status capture_id(int dev, StreamHandle stream, std::uint64_t* id) override;
+  bool call_times(CallTimes* out) const override;
   const char* last_failure() const override { return inner_.last_failure(); }
 
  private:
-  // Runs f(), adding its duration to the counters.
+  static constexpr int kQuery = kCallKinds;  // CallTimes' slot of the calls without a kind
+
+  // Runs f(), adding its duration to the counters, the totals and slot `slot`'s.
   template <typename F>
-  auto timed(F&& f);
+  auto timed(int slot, F&& f);
 
   Device& inner_;
   std::atomic<std::uint64_t> call_ns_{0};
   std::atomic<std::uint64_t> calls_{0};
+  std::atomic<std::uint64_t> slot_ns_[CallTimes::kSlots] = {};
+  std::atomic<std::uint64_t> slot_calls_[CallTimes::kSlots] = {};
   double timer_outside_ns_ = 0;
 };
 

@@ -13,7 +13,8 @@
 // allocations) by 1, 2, 4 and 8 threads at once: what the first pause of a kept region waits
 // for. Also what giving idle single pages back costs beside a resume's copies: one unmap over a
 // run of them, and unmap + release while a copy runs; and on a device full of single pages, what
-// a refused cuMemCreate costs.
+// a refused cuMemCreate costs, and what creating a 64 MiB allocation in the room of 32
+// single pages just released costs.
 // Prints microseconds per page and GB/s. Exit 77 without a GPU.
 #include <algorithm>
 #include <chrono>
@@ -204,6 +205,48 @@ void bench_release_runs(device::Device& dev, std::uintptr_t dst, std::uintptr_t 
               both_ms, alone_us * static_cast<double>(pages) / 1e3);
 }
 
+// On a device full of single pages: release 32 of them and create one 64 MiB allocation in
+// their room, as a resume into cudalloc's cache of idle single pages does for each chunk.
+// Pages released from the front of the list (created one after the other, so likely
+// neighbours in the device's memory) and spread over the whole list (scattered holes). The
+// chunks stay until the pass ends; then the device is filled with single pages again.
+void bench_chunks_into_holes(device::Device& dev, std::vector<device::PhysicalHandle>* held,
+                             std::size_t page) {
+  constexpr std::size_t kPages = 32, kRounds = 16;
+  const std::size_t chunk = kPages * page;
+  for (const bool spread : {false, true}) {
+    double release_us = 0, create_us = 0, worst_us = 0;
+    std::size_t made = 0;
+    std::vector<device::PhysicalHandle> chunks;
+    for (std::size_t round = 0; round < kRounds && held->size() > kPages * 4; ++round) {
+      const std::size_t stride = spread ? held->size() / kPages : 1;
+      double start = now_us();
+      for (std::size_t j = kPages; j-- > 0;) {  // from the back, so the indices stay valid
+        const std::size_t at = j * stride;
+        dev.release_physical((*held)[at]);
+        held->erase(held->begin() + static_cast<std::ptrdiff_t>(at));
+      }
+      release_us += now_us() - start;
+      start = now_us();
+      device::PhysicalHandle h = 0;
+      const bool created = ok(dev.create_physical(0, chunk, Location::device, &h));
+      const double took = now_us() - start;
+      create_us += took;
+      worst_us = std::max(worst_us, took);
+      if (created) chunks.push_back(h), ++made;
+    }
+    std::printf("full device, %s: release %zu pages %.1f us per page, then create 64 MiB "
+                "%.1f us on average (worst %.1f), %zu of %zu created\n",
+                spread ? "holes spread over the device" : "neighbouring pages",
+                kPages, release_us / double(kRounds * kPages), create_us / double(kRounds),
+                worst_us, made, kRounds);
+    // The device full of single pages again for the next pass.
+    for (device::PhysicalHandle each : chunks) dev.release_physical(each);
+    device::PhysicalHandle h = 0;
+    while (ok(dev.create_physical(0, page, Location::device, &h))) held->push_back(h);
+  }
+}
+
 // With the device full of single pages (a cache that holds all of it, as a resume into
 // cudalloc's idle pages finds it): what a cuMemCreate that the driver refuses costs, for a
 // page and for a 64 MiB chunk, and what asking the driver for its free memory costs.
@@ -231,6 +274,7 @@ void bench_full_device(device::Device& dev, std::size_t page) {
   std::printf("full device (%zu pages held, %zu MiB free): a refused create costs %.1f us for "
               "one page, %.1f us for 64 MiB; mem_info %.2f us\n", held.size(), free_bytes >> 20,
               page_us, chunk_us, info_us);
+  bench_chunks_into_holes(dev, &held, page);
   for (device::PhysicalHandle each : held) dev.release_physical(each);
 }
 
