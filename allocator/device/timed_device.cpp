@@ -21,12 +21,21 @@ template <typename F>
 auto TimedDevice::timed(int slot, F&& f) {
   const Clock::time_point start = Clock::now();
   auto result = f();
-  const std::uint64_t ns = ns_between(start, Clock::now());
-  call_ns_.fetch_add(ns, std::memory_order_relaxed);
-  calls_.fetch_add(1, std::memory_order_relaxed);
-  slot_ns_[slot].fetch_add(ns, std::memory_order_relaxed);
+  slot_ns_[slot].fetch_add(ns_between(start, Clock::now()), std::memory_order_relaxed);
   slot_calls_[slot].fetch_add(1, std::memory_order_relaxed);
   return result;
+}
+
+std::uint64_t TimedDevice::call_ns() const {
+  std::uint64_t sum = 0;
+  for (const auto& ns : slot_ns_) sum += ns.load(std::memory_order_relaxed);
+  return sum;
+}
+
+std::uint64_t TimedDevice::calls() const {
+  std::uint64_t sum = 0;
+  for (const auto& n : slot_calls_) sum += n.load(std::memory_order_relaxed);
+  return sum;
 }
 
 bool TimedDevice::call_times(CallTimes* out) const {
@@ -44,16 +53,15 @@ TimedDevice::TimedDevice(Device& inner) : inner_(inner) {
   // does not inflate it.
   constexpr int kRounds = 5, kCalls = 2000;
   for (int round = 0; round < kRounds; ++round) {
-    call_ns_.store(0);
+    slot_ns_[kQuery].store(0);
     const Clock::time_point start = Clock::now();
     for (int i = 0; i < kCalls; ++i) timed(kQuery, [] { return 0; });
     const double whole = double(ns_between(start, Clock::now()));
-    const double outside = std::max(0.0, (whole - double(call_ns_.load())) / kCalls);
+    const double outside = std::max(0.0, (whole - double(slot_ns_[kQuery].load())) / kCalls);
     timer_outside_ns_ = round == 0 ? outside : std::min(timer_outside_ns_, outside);
   }
-  call_ns_.store(0);
-  calls_.store(0);
-  for (int i = 0; i < CallTimes::kSlots; ++i) slot_ns_[i].store(0), slot_calls_[i].store(0);
+  slot_ns_[kQuery].store(0);
+  slot_calls_[kQuery].store(0);  // the calibration's calls are not the caller's
 }
 
 int TimedDevice::device_count() {

@@ -27,9 +27,10 @@ class TimedDevice final : public Device {
  public:
   explicit TimedDevice(Device& inner);
 
-  // Nanoseconds spent inside the inner device's calls, and how many calls were made.
-  std::uint64_t call_ns() const { return call_ns_.load(std::memory_order_relaxed); }
-  std::uint64_t calls() const { return calls_.load(std::memory_order_relaxed); }
+  // Nanoseconds spent inside the inner device's calls, and how many calls were made: the sums
+  // over call_times()' slots.
+  std::uint64_t call_ns() const;
+  std::uint64_t calls() const;
   // The timer's own cost per call that call_ns() does not hold (see above).
   double timer_outside_ns() const { return timer_outside_ns_; }
   // What the calls cost the caller in all: call_ns() + calls() x timer_outside_ns().
@@ -74,13 +75,11 @@ class TimedDevice final : public Device {
  private:
   static constexpr int kQuery = kCallKinds;  // CallTimes' slot of the calls without a kind
 
-  // Runs f(), adding its duration to the counters, the totals and slot `slot`'s.
+  // Runs f(), adding its duration and one call to slot `slot`'s counters.
   template <typename F>
   auto timed(int slot, F&& f);
 
   Device& inner_;
-  std::atomic<std::uint64_t> call_ns_{0};
-  std::atomic<std::uint64_t> calls_{0};
   std::atomic<std::uint64_t> slot_ns_[CallTimes::kSlots] = {};
   std::atomic<std::uint64_t> slot_calls_[CallTimes::kSlots] = {};
   double timer_outside_ns_ = 0;

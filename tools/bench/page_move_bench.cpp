@@ -216,7 +216,6 @@ void bench_chunks_into_holes(device::Device& dev, std::vector<device::PhysicalHa
   const std::size_t chunk = kPages * page;
   for (const bool spread : {false, true}) {
     double release_us = 0, create_us = 0, worst_us = 0;
-    std::size_t made = 0;
     std::vector<device::PhysicalHandle> chunks;
     for (std::size_t round = 0; round < kRounds && held->size() > kPages * 4; ++round) {
       const std::size_t stride = spread ? held->size() / kPages : 1;
@@ -233,13 +232,13 @@ void bench_chunks_into_holes(device::Device& dev, std::vector<device::PhysicalHa
       const double took = now_us() - start;
       create_us += took;
       worst_us = std::max(worst_us, took);
-      if (created) chunks.push_back(h), ++made;
+      if (created) chunks.push_back(h);
     }
     std::printf("full device, %s: release %zu pages %.1f us per page, then create 64 MiB "
                 "%.1f us on average (worst %.1f), %zu of %zu created\n",
                 spread ? "holes spread over the device" : "neighbouring pages",
                 kPages, release_us / double(kRounds * kPages), create_us / double(kRounds),
-                worst_us, made, kRounds);
+                worst_us, chunks.size(), kRounds);
     // The device full of single pages again for the next pass.
     for (device::PhysicalHandle each : chunks) dev.release_physical(each);
     device::PhysicalHandle h = 0;
