@@ -54,6 +54,20 @@ double per_page(std::size_t pages, const std::function<bool(std::size_t)>& f) {
 
 bool ok(Status s) { return s == Status::ok; }
 
+// Runs f(i) for i in [0, count) on `threads` threads at once, thread t taking every
+// threads-th i from t; returns the wall time in microseconds.
+double on_threads(unsigned threads, std::size_t count, const std::function<void(std::size_t)>& f) {
+  const double start = now_us();
+  std::vector<std::thread> workers;
+  for (unsigned t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      for (std::size_t i = t; i < count; i += threads) f(i);
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  return now_us() - start;
+}
+
 struct Range {
   std::uintptr_t va = 0;
   std::vector<device::PhysicalHandle> handles;
@@ -218,17 +232,9 @@ void bench_parallel_release(device::Device& dev, std::size_t pages, std::size_t 
       return;
     }
     std::vector<char> good(pages, 0);
-    const double start = now_us();
-    std::vector<std::thread> workers;
-    for (unsigned t = 0; t < threads; ++t) {
-      workers.emplace_back([&, t] {
-        for (std::size_t i = t; i < pages; i += threads) {
-          good[i] = ok(dev.unmap(r.va + i * page, page)) && ok(dev.release_physical(r.handles[i]));
-        }
-      });
-    }
-    for (std::thread& w : workers) w.join();
-    const double us = (now_us() - start) / static_cast<double>(pages);
+    const double us = on_threads(threads, pages, [&](std::size_t i) {
+      good[i] = ok(dev.unmap(r.va + i * page, page)) && ok(dev.release_physical(r.handles[i]));
+    }) / static_cast<double>(pages);
     dev.unreserve(r.va, pages * page);
     const auto failed = static_cast<std::size_t>(std::count(good.begin(), good.end(), 0));
     std::printf("device pages: unmap + release of %zu pages by %u thread%s: %6.1f us per page "
@@ -420,17 +426,9 @@ void bench_host_pinning(device::Device& dev, std::size_t total, std::size_t page
   for (unsigned threads : {1u, 2u, 4u, 8u}) {
     std::vector<device::PhysicalHandle> handles(count, 0);
     std::vector<char> good(count, 0);
-    const double start = now_us();
-    std::vector<std::thread> workers;
-    for (unsigned t = 0; t < threads; ++t) {
-      workers.emplace_back([&, t] {
-        for (std::size_t i = t; i < count; i += threads) {
-          good[i] = ok(dev.create_physical(0, chunk, Location::host, &handles[i]));
-        }
-      });
-    }
-    for (std::thread& w : workers) w.join();
-    const double us = now_us() - start;
+    const double us = on_threads(threads, count, [&](std::size_t i) {
+      good[i] = ok(dev.create_physical(0, chunk, Location::host, &handles[i]));
+    });
     std::size_t made = 0;
     for (std::size_t i = 0; i < count; ++i) {
       if (!good[i]) continue;
