@@ -168,6 +168,12 @@ std::span<const Option> options() {
        "moves an idle page instead of taking new memory. Higher: fewer page moves, more "
        "memory.",
        set_share<&Settings::page_slack>, get_share<&Settings::page_slack>},
+      {"page_size", OptionType::bytes,
+       "With vmm: the unit of physical memory that is created, mapped and moved, rounded up to "
+       "a multiple of the driver's granularity (0: the granularity, 2 MiB on current GPUs). "
+       "Larger: fewer and cheaper driver calls per byte, memory held in larger units.",
+       set_bytes<&Settings::page_size, 0, std::size_t{1} << 30>,
+       get_size<&Settings::page_size>},
       {"offload", OptionType::choice,
        "none or host. host: a request that does not fit the device budget (limit, fraction or "
        "the device) after the cache is released is served from host memory mapped into device "

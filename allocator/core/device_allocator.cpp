@@ -11,6 +11,12 @@ namespace cudalloc {
 
 using device::Location;
 
+std::size_t DeviceAllocator::paged_page_size(const Settings& settings, std::size_t granularity) {
+  // No granularity: the device has no virtual memory management, so no paged segments.
+  if (granularity == 0) return 0;
+  return std::max(granularity, round_up(settings.page_size, granularity));
+}
+
 std::size_t DeviceAllocator::device_total_of(device::Device& device, int ordinal) {
   std::size_t free_bytes = 0, total = 0;
   return device.mem_info(ordinal, &free_bytes, &total) == device::Status::ok ? total : 0;
@@ -20,7 +26,7 @@ DeviceAllocator::DeviceAllocator(device::Device& device, int ordinal, const Sett
     : device_(device),
       ordinal_(ordinal),
       settings_(settings),
-      page_size_(settings.vmm ? device.granularity(ordinal) : 0),
+      page_size_(settings.vmm ? paged_page_size(settings, device.granularity(ordinal)) : 0),
       classes_(settings.slab_max,
                page_size_ != 0 ? SizeClasses::kPagedSlabs : SizeClasses::kPlainSlabs),
       budget_(settings_, device_total_of(device, ordinal)),

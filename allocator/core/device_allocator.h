@@ -206,6 +206,9 @@ class DeviceAllocator final : private FreeCompletion {
 
  private:
   static std::size_t device_total_of(device::Device& device, int ordinal);
+  // The page size of paged segments: settings.page_size rounded up to a multiple of the
+  // driver's granularity, at least one granule; 0 without virtual memory management.
+  static std::size_t paged_page_size(const Settings& settings, std::size_t granularity);
   void complete_free(Owner owner, std::uintptr_t addr) override;
   Error try_allocate(StreamPool& pool, const Request& request, std::uintptr_t* addr,
                      Owner* owner);
@@ -268,7 +271,7 @@ class DeviceAllocator final : private FreeCompletion {
   device::Device& device_;
   const int ordinal_;
   Settings settings_;
-  const std::size_t page_size_;  // the VMM granularity when paged, else 0
+  const std::size_t page_size_;  // paged_page_size() when paged, else 0
   SizeClasses classes_;
   const Budget budget_;
   mutable SpinLock lock_;

@@ -35,6 +35,11 @@ struct Settings {
   // Paged mode: idle mapped pages (free, kept mapped where they are) allowed as a fraction of
   // reserved memory before a request takes an idle page from elsewhere instead of new memory.
   double page_slack = 0.02;
+  // Paged mode: the size of a page, the unit of physical memory that is created, mapped, lent
+  // and moved; rounded up to a multiple of the driver's granularity (0: the granularity, 2 MiB
+  // on current GPUs). The driver's calls cost about the same per call up to 16 MiB, so larger
+  // pages cut the cost of mapping a byte several times, for memory rounded to larger units.
+  std::size_t page_size = 0;
   // The host tier: with Offload::host, requests past the device budget are served from host
   // memory mapped into the device's address space (paged mode: host-located physical pages,
   // movable back; otherwise pinned mapped host memory).
