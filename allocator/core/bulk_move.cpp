@@ -22,9 +22,9 @@
 //
 // Pieces. The driver's page-table calls cost per physical allocation far more than per byte
 // (H200: about 82 us per 2 MiB for single pages, 4 us in 64 MiB allocations, against 39 us to
-// copy them; docs/offload.md), so each piece of a move, up to kChunkPages consecutive pages,
+// copy them; docs/offload.md), so each piece of a move, up to chunk_pages() consecutive pages,
 // gets one chunk (pool_types.h): one physical allocation, mapped, granted and unmapped in one
-// call each. A piece is the pages of one old chunk, or up to kChunkPages consecutive single
+// call each. A piece is the pages of one old chunk, or up to chunk_pages() consecutive single
 // pages; a chunk is always moved whole, so the same pieces come back at the next move and an
 // idle host chunk of the right size is found for them. Where no chunk can be had (no room
 // for one, or the driver refuses) the piece takes single pages, as before.
@@ -40,7 +40,6 @@ using device::Location;
 
 namespace {
 
-constexpr std::size_t kChunkPages = PageMapper::kChunkPages;
 constexpr std::size_t kMinChunkPages = PageMapper::kMinChunkPages;
 
 bool on(const PhysicalPage& phys, Location where) { return phys.host == (where == Location::host); }
@@ -55,12 +54,13 @@ double ms_since(Clock::time_point start) {
 
 }  // namespace
 
-std::size_t Migrator::piece_end(const std::vector<Page*>& pages, std::size_t first) {
+std::size_t Migrator::piece_end(const std::vector<Page*>& pages, std::size_t first) const {
   const std::size_t run = run_end(pages, first);
   const PhysicalPage& phys = *pages[first]->phys;
   if (phys.chunk != nullptr) return std::min(run, first + phys.chunk->count() - phys.slot);
   std::size_t end = first + 1;
-  while (end < run && end - first < kChunkPages && pages[end]->phys->chunk == nullptr) ++end;
+  const std::size_t most = mapper_.chunk_pages();
+  while (end < run && end - first < most && pages[end]->phys->chunk == nullptr) ++end;
   return end;
 }
 

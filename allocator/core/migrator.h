@@ -124,7 +124,7 @@ class Migrator {
   // Bulk moves, piece by piece (bulk_move.cpp): the end of the piece from `first`; whether
   // every chunk among pages[first, last) lies wholly inside; new backing for a piece, one
   // chunk if there is one to be had, else single pages.
-  static std::size_t piece_end(const std::vector<Page*>& pages, std::size_t first);
+  std::size_t piece_end(const std::vector<Page*>& pages, std::size_t first) const;
   static bool piece_whole(const std::vector<Page*>& pages, std::size_t first, std::size_t last);
   Error acquire_piece(std::size_t count, device::Location to, std::vector<PhysicalPage*>& got);
   // Makes `stream` wait for the last users of new physical pages (idle pages of others).

@@ -529,7 +529,7 @@ Error PageMapper::hold(Segment& seg, const Request& request) {
   // New memory in chunks while it can be had; a chunk that fails to map stops them.
   while (n - held >= kMinChunkPages && request.may_grow() && !request.spilling()) {
     PhysicalChunk* chunk = nullptr;
-    if (acquire_device_chunk(std::min(kChunkPages, n - held), &chunk) != Error::ok) break;
+    if (acquire_device_chunk(std::min(chunk_pages_, n - held), &chunk) != Error::ok) break;
     err = hold_chunk(seg, held, *chunk);
     if (err != Error::ok) break;
     held += chunk->count();

@@ -50,8 +50,9 @@ class PageMapper {
   PageMapper(device::Device& device, int ordinal, std::size_t page_size, const Budget& budget,
              PhysicalPages& physical, StreamSync& sync, Staging& staging, Ledger& ledger,
              StreamPools& pools)
-      : device_(device), ordinal_(ordinal), page_size_(page_size), budget_(budget),
-        physical_(physical), sync_(sync), staging_(staging), ledger_(ledger), pools_(pools) {}
+      : device_(device), ordinal_(ordinal), page_size_(page_size),
+        chunk_pages_(chunk_pages_for(page_size)), budget_(budget), physical_(physical),
+        sync_(sync), staging_(staging), ledger_(ledger), pools_(pools) {}
 
   std::size_t page_size() const { return page_size_; }
 
@@ -124,17 +125,27 @@ class PageMapper {
   // stays idle. A chunk goes back once each of its pages has been passed here.
   Error evict(Page& page);
   bool release_vacated(PhysicalPage& phys);
-  // Chunks (pool_types.h): pieces of up to kChunkPages pages of a held segment, each one
+  // Chunks (pool_types.h): pieces of up to chunk_pages() pages of a held segment, each one
   // physical allocation. acquire_device_chunk: `count` pages of device memory in one chunk,
   // not idle, no owner: an idle chunk of that size, else new memory within the budget; where
   // cudalloc's cache holds the room as idle single pages, as many of them go back to the
   // driver first (taking them instead would move the piece page by page at every pause).
   // out_of_memory when none can be had (the caller takes single pages instead).
-  static constexpr std::size_t kChunkPages = Staging::kStagingPages;
+  // A chunk is about kChunkBytes whatever the page size: the driver creates a 64 MiB
+  // allocation in about 16 us (page-move-bench), but 256 MiB ones (32 pages of 8 MiB) took
+  // about 3 ms each when a resume created them right after giving 8 MiB pages back (H100,
+  // 2026-12-06, docs/offload.md). At most kStagingPages (a move copies that many pages per
+  // host wait), at least kMinChunkPages.
+  static constexpr std::size_t kChunkBytes = std::size_t{64} << 20;
   static constexpr std::size_t kMinChunkPages = 2;  // a piece of one page is a single page
+  static std::size_t chunk_pages_for(std::size_t page_size) {
+    const std::size_t pages = page_size == 0 ? Staging::kStagingPages : kChunkBytes / page_size;
+    return std::clamp(pages, kMinChunkPages, Staging::kStagingPages);
+  }
+  std::size_t chunk_pages() const { return chunk_pages_; }
   Error acquire_device_chunk(std::size_t count, PhysicalChunk** out);
   // The hold of a new held segment (regions.h): every page gets its one user, mapped and
-  // accessible, piece by piece in device chunks of up to kChunkPages pages where they can
+  // accessible, piece by piece in device chunks of up to chunk_pages() pages where they can
   // be had, the rest in single pages (use()), so that the region's first pause moves and
   // releases chunks, not single pages. On failure no page is held, and what was mapped here
   // is unmapped (its memory idle).
@@ -260,6 +271,7 @@ class PageMapper {
   device::Device& device_;
   const int ordinal_;
   const std::size_t page_size_;
+  const std::size_t chunk_pages_;  // chunk_pages_for(page_size_)
   const Budget& budget_;
   PhysicalPages& physical_;
   StreamSync& sync_;

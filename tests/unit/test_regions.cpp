@@ -655,6 +655,35 @@ TEST_CASE("pause and resume move a region in chunks: one physical allocation per
   CHECK(h.fake.host_used_bytes() == 0);
 }
 
+TEST_CASE("with larger pages a chunk stays about 64 MiB: fewer pages per piece, not larger "
+          "pieces", "[regions][page_size]") {
+  // 8 MiB pages: a chunk is 8 pages. A 200 MiB region (25 pages) takes pieces of 8, 8, 8, 1:
+  // three chunks and one single page.
+  Settings settings;
+  settings.page_size = 8 * MiB;
+  Harness h(settings);
+  constexpr std::size_t kBig = 200 * MiB;
+  const RegionId r = region("test-chunks-8m");
+  void* p = nullptr;
+  CallCounts c = calls_of(h, [&] { p = stamped_in(h, r, kBig, 6); });
+  CHECK(c.create == 4);
+  CHECK(c.map == 4);
+  c = calls_of(h, [&] { REQUIRE(pause(h, r, true) == Error::ok); });
+  CHECK(c.create == 4);  // a host chunk per piece, a single host page for the last
+  CHECK(c.release == 4);
+  CHECK(lives_on(h, p, kBig, Location::host));
+  CHECK(stamped(p, kBig, 6));
+  c = calls_of(h, [&] { REQUIRE(resume(h, r) == Error::ok); });
+  CHECK(c.create == 4);
+  CHECK(c.map == 4);
+  CHECK(lives_on(h, p, kBig, Location::device));
+  CHECK(stamped(p, kBig, 6));
+  h.check();
+  h.put(p);
+  REQUIRE(h.alloc->empty_cache() == Error::ok);
+  h.check();
+}
+
 TEST_CASE("a fault in any driver call of a move between chunks keeps every byte, and the next "
           "pause and resume work", "[regions][faults]") {
   // After one pause and resume the region lies in device chunks and its host chunks are
