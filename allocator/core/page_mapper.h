@@ -131,11 +131,10 @@ class PageMapper {
   // cudalloc's cache holds the room as idle single pages, as many of them go back to the
   // driver first (taking them instead would move the piece page by page at every pause).
   // out_of_memory when none can be had (the caller takes single pages instead).
-  // A chunk is about kChunkBytes whatever the page size: the driver creates a 64 MiB
-  // allocation in about 16 us (page-move-bench), but 256 MiB ones (32 pages of 8 MiB) took
-  // about 3 ms each when a resume created them right after giving 8 MiB pages back (H100,
-  // 2026-12-06, docs/offload.md). At most kStagingPages (a move copies that many pages per
-  // host wait), at least kMinChunkPages.
+  // A chunk is about kChunkBytes whatever the page size (larger physical allocations are
+  // more often refused on a nearly full device; page-move-bench measured the driver's calls
+  // on 64 MiB ones). At most kStagingPages (a move copies that many pages per host wait), at
+  // least kMinChunkPages.
   static constexpr std::size_t kChunkBytes = std::size_t{64} << 20;
   static constexpr std::size_t kMinChunkPages = 2;  // a piece of one page is a single page
   static std::size_t chunk_pages_for(std::size_t page_size) {
