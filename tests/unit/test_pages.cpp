@@ -218,6 +218,28 @@ TEST_CASE("limit counts physical pages, and idle pages are reused under it", "[p
   h.put(d);
 }
 
+TEST_CASE("with 8 MiB pages too, a page moves to another stream only behind an event of the "
+          "first", "[pages][streams][page_size]") {
+  Settings s = paged();
+  s.page_size = 8 * MiB;
+  Harness h(s, fake_options(100 * MiB));
+  h.fake.set_manual_streams(true);
+  void* a = h.get(4 * MiB, S);  // one 8 MiB page
+  fill(a, 4 * MiB, 0x5a);
+  h.fake.enqueue_work(0, S);  // S's kernel still uses `a`
+  h.put(a);
+  void* b = h.get(4 * MiB, T);  // T's own range, backed by S's idle page
+  CHECK(h.stats().reserved_bytes.current == static_cast<std::int64_t>(8 * MiB));
+  const auto waits = h.fake.waits();
+  REQUIRE_FALSE(waits.empty());
+  for (const auto& w : waits) {
+    CHECK(w.waiter == T);
+    CHECK(w.on == S);
+    CHECK(w.until == 1);  // after S's kernel
+  }
+  h.put(b);
+}
+
 TEST_CASE("a page whose physical page serves elsewhere is remapped after its stream settles",
           "[pages][streams]") {
   Harness h(paged(), fake_options(100 * MiB));
@@ -368,14 +390,15 @@ TEST_CASE("larger pages map less on a workload whose sizes keep changing, bytes 
       return rng >> 33;
     };
     constexpr std::size_t kTag = 4 * KiB;
-    auto tag_ends = [&](const Live& l, bool check) {
+    auto tag_ends = [&](const Live& l) {
       const std::size_t n = std::min(kTag, l.size);
       auto* p = static_cast<unsigned char*>(l.p);
-      if (!check) {
-        fill(p, n, l.tag);
-        fill(p + l.size - n, n, l.tag);
-        return true;
-      }
+      fill(p, n, l.tag);
+      fill(p + l.size - n, n, l.tag);
+    };
+    auto ends_tagged = [&](const Live& l) {
+      const std::size_t n = std::min(kTag, l.size);
+      auto* p = static_cast<unsigned char*>(l.p);
       return holds(p, n, l.tag) && holds(p + l.size - n, n, l.tag);
     };
     std::int64_t peak_live = 0;
@@ -384,18 +407,18 @@ TEST_CASE("larger pages map less on a workload whose sizes keep changing, bytes 
         const std::size_t size = 100 * KiB + next() % (40 * MiB);
         const StreamHandle stream = next() % 4 == 0 ? T : S;
         Live l{h.get(size, stream), size, static_cast<unsigned char>(op)};
-        tag_ends(l, false);
+        tag_ends(l);
         live.push_back(l);
         peak_live = std::max(peak_live, h.stats().allocated_bytes.current);
       } else {
         const std::size_t i = next() % live.size();
-        CHECK(tag_ends(live[i], true));
+        CHECK(ends_tagged(live[i]));
         h.put(live[i].p);
         live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
       }
     }
     for (const Live& l : live) {
-      CHECK(tag_ends(l, true));
+      CHECK(ends_tagged(l));
       h.put(l.p);
     }
     struct Result {
