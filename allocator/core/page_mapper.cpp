@@ -494,8 +494,8 @@ Error PageMapper::acquire_device_chunk(std::size_t count, PhysicalChunk** out) {
   // The room may be in cudalloc's cache as idle single pages: they give way to the chunk.
   // Not while a graph is being captured: giving a page back waits for the work that used it,
   // and a wait on a capturing stream would end the capture (captures.h).
-  if (physical_.device_idle() < count || Captures::process().underway() ||
-      release_idle_pages(count) != count) {
+  if (page_size_ >= kTakeIdleFrom || physical_.device_idle() < count ||
+      Captures::process().underway() || release_idle_pages(count) != count) {
     return Error::out_of_memory;
   }
   return physical_.acquire_chunk(device::Location::device, count, out);

@@ -128,8 +128,12 @@ class PageMapper {
   // Chunks (pool_types.h): pieces of up to chunk_pages() pages of a held segment, each one
   // physical allocation. acquire_device_chunk: `count` pages of device memory in one chunk,
   // not idle, no owner: an idle chunk of that size, else new memory within the budget; where
-  // cudalloc's cache holds the room as idle single pages, as many of them go back to the
-  // driver first (taking them instead would move the piece page by page at every pause).
+  // cudalloc's cache holds the room as idle single pages of less than kTakeIdleFrom bytes,
+  // as many of them go back to the driver first (taking them instead would move the piece
+  // page by page at every pause, and below that size a page's driver calls cost about what
+  // its copy does). Pages of kTakeIdleFrom and more stay: the caller takes them as they
+  // are, since their calls cost a fraction of their copy, and creating right after giving
+  // such pages back was measured slow (docs/offload.md, "With larger pages").
   // out_of_memory when none can be had (the caller takes single pages instead).
   // A chunk is about kChunkBytes whatever the page size (larger physical allocations are
   // more often refused on a nearly full device; page-move-bench measured the driver's calls
@@ -137,6 +141,7 @@ class PageMapper {
   // least kMinChunkPages.
   static constexpr std::size_t kChunkBytes = std::size_t{64} << 20;
   static constexpr std::size_t kMinChunkPages = 2;  // a piece of one page is a single page
+  static constexpr std::size_t kTakeIdleFrom = std::size_t{8} << 20;
   static std::size_t chunk_pages_for(std::size_t page_size) {
     const std::size_t pages = page_size == 0 ? Staging::kStagingPages : kChunkBytes / page_size;
     return std::clamp(pages, kMinChunkPages, Staging::kStagingPages);

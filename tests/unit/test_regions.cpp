@@ -1043,6 +1043,39 @@ TEST_CASE("resume gives cudalloc's idle single pages back to make room for a chu
   h.check();
 }
 
+TEST_CASE("with pages of 8 MiB resume takes cudalloc's idle pages as they are, giving none "
+          "back", "[regions][page_size]") {
+  // 8 MiB pages cost a fraction of their copy to map one by one; giving them back to create a
+  // chunk was measured slow on the GPU (page_mapper.h, kTakeIdleFrom).
+  constexpr std::size_t kBig = 64 * MiB;  // one piece of 8 pages
+  Settings settings;
+  settings.page_size = 8 * MiB;
+  Harness h(settings, fake_options(192 * MiB));
+  const RegionId r = region("test-idle-8m");
+  void* p = stamped_in(h, r, kBig, 53);
+  REQUIRE(pause(h, r, true) == Error::ok);
+  void* ballast = h.get(160 * MiB, T);
+  fill_pattern(ballast, 160 * MiB, 54);
+  h.put(ballast);
+  REQUIRE(h.fake.used_bytes(0) + kBig > 192 * MiB);  // no room for a chunk beside the cache
+  CallCounts c = calls_of(h, [&] { REQUIRE(resume(h, r) == Error::ok); });
+  CHECK(c.release == 0);  // the idle pages serve where they are
+  CHECK(c.create <= 1);   // at most the chunk the full device refuses
+  CHECK(c.map == kBig / (8 * MiB));
+  CHECK(lives_on(h, p, kBig, Location::device));
+  CHECK(stamped(p, kBig, 53));
+  h.check();
+  // The next pause moves the piece page by page and gives each device page back.
+  c = calls_of(h, [&] { REQUIRE(pause(h, r, true) == Error::ok); });
+  CHECK(c.release == kBig / (8 * MiB));
+  CHECK(lives_on(h, p, kBig, Location::host));
+  REQUIRE(resume(h, r) == Error::ok);
+  CHECK(stamped(p, kBig, 53));
+  h.put(p);
+  REQUIRE(h.alloc->empty_cache() == Error::ok);
+  h.check();
+}
+
 TEST_CASE("a held segment that cannot be backed leaves no page mapped", "[regions][faults]") {
   Harness h;
   const RegionId r = region("test-held-fail");

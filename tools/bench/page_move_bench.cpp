@@ -2,6 +2,7 @@
 //
 //   page-move-bench [PAGES [BACKGROUND]]   (default 256 pages of the device's VMM granularity;
 //                                          BACKGROUND single-page allocations held meanwhile)
+//   page-move-bench --create-after-release (only the last measurement below)
 //
 // Through cudalloc's own device layer (the calls the allocator makes), for physical pages on
 // the device and on the host: cuMemCreate, cuMemMap, cuMemSetAccess per page and for the whole
@@ -15,13 +16,15 @@
 // run of them, and unmap + release while a copy runs; and on a device full of single pages, what
 // a refused cuMemCreate costs, and what creating a 64 MiB allocation in the room of 32
 // single pages just released costs; and whether giving single pages back runs faster from
-// several threads.
+// several threads. Last, with pages of the granularity and of four times it: what creating
+// 64 MiB allocations costs right after pages are given back (bench_create_after_release).
 // Prints microseconds per page and GB/s. Exit 77 without a GPU.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -315,6 +318,114 @@ void bench_full_device(device::Device& dev, std::size_t page) {
   for (device::PhysicalHandle each : held) dev.release_physical(each);
 }
 
+// Call times gathered over repeats: average and worst, and how many the driver refused.
+struct Timing {
+  double sum_us = 0, worst_us = 0;
+  std::size_t calls = 0, refused = 0;
+  // Times one call of f (true: the driver accepted it).
+  bool add(const std::function<bool()>& f) {
+    const double start = now_us();
+    const bool accepted = f();
+    const double took = now_us() - start;
+    sum_us += took;
+    worst_us = std::max(worst_us, took);
+    ++calls;
+    if (!accepted) ++refused;
+    return accepted;
+  }
+  void print(const char* what) const {
+    std::printf("    %-44s %5zu calls, %8.1f us on average, worst %8.1f, %zu refused\n", what,
+                calls, calls == 0 ? 0.0 : sum_us / double(calls), worst_us, refused);
+  }
+};
+
+// The driver's side of a resume into cudalloc's cache, with pages of `unit` bytes (the
+// driver's granularity, or a larger page_size): the device filled with mapped, granted and
+// written single allocations of `unit` bytes; then 16 times a 64 MiB create that the full
+// device refuses, 64 MiB of pages (spread over the device) unmapped and released, and the
+// create again (a resume that gives idle pages back for each chunk); then 6 GiB of pages
+// given back at once (as empty_cache does) and that room filled again with 64 MiB creates,
+// and once more with creates of `unit` bytes. Whether creating after releases costs more
+// with larger pages (page_size:8M resumes were slow on the H100, docs/offload.md).
+void bench_create_after_release(device::Device& dev, std::size_t unit) {
+  constexpr std::size_t kChunk = std::size_t{64} << 20, kRounds = 16;
+  constexpr std::size_t kBulk = std::size_t{6} << 30;
+  std::size_t free_bytes = 0, total = 0;
+  if (!ok(dev.mem_info(0, &free_bytes, &total)) || free_bytes < 4 * kBulk) return;
+  const std::size_t most = free_bytes / unit;
+  Range r;
+  if (!ok(dev.reserve(0, most * unit, &r.va))) return;
+  std::vector<char> live;
+  const double fill_start = now_us();
+  device::PhysicalHandle h = 0;
+  while (r.handles.size() < most && ok(dev.create_physical(0, unit, Location::device, &h))) {
+    const std::uintptr_t va = r.va + r.handles.size() * unit;
+    r.handles.push_back(h);
+    live.push_back(1);
+    if (!ok(dev.map(va, unit, h, 0)) || !ok(dev.set_access(0, va, unit)) ||
+        !ok(dev.zero(0, va, unit, 0))) {
+      std::printf("  filling the device failed: %s\n", dev.last_failure());
+      live.back() = 0;  // mapped or not, released below with the others
+      break;
+    }
+  }
+  dev.synchronize(0);
+  std::printf("  %zu KiB pages: device filled with %zu of them in %.0f ms\n", unit >> 10,
+              r.handles.size(), (now_us() - fill_start) / 1e3);
+  // Gives `count` live pages back, spread over the device from `from`: unmap + release.
+  Timing give_back;
+  std::size_t next = 0;
+  auto release_spread = [&](std::size_t count) {
+    const std::size_t stride = std::max<std::size_t>(1, r.handles.size() / count);
+    for (std::size_t done = 0, at = next; done < count && at < next + r.handles.size() * 2;
+         at += stride) {
+      const std::size_t i = at % r.handles.size();
+      if (!live[i]) continue;
+      give_back.add([&] {
+        return ok(dev.unmap(r.va + i * unit, unit)) && ok(dev.release_physical(r.handles[i]));
+      });
+      live[i] = 0;
+      ++done;
+    }
+    ++next;
+  };
+  std::vector<device::PhysicalHandle> made;
+  auto create = [&](Timing& t, std::size_t bytes) {
+    device::PhysicalHandle c = 0;
+    if (t.add([&] { return ok(dev.create_physical(0, bytes, Location::device, &c)); })) {
+      made.push_back(c);
+      return true;
+    }
+    return false;
+  };
+  Timing refused, after_room;
+  for (std::size_t round = 0; round < kRounds; ++round) {
+    create(refused, kChunk);
+    release_spread(kChunk / unit);
+    create(after_room, kChunk);
+  }
+  refused.print("64 MiB create on the full device");
+  give_back.print("page unmap + release");
+  after_room.print("64 MiB create in the room just given back");
+  for (const std::size_t bytes : {kChunk, unit}) {
+    give_back = Timing{};
+    release_spread(kBulk / unit);
+    Timing into_bulk;
+    for (std::size_t n = 0; n < kBulk / bytes && create(into_bulk, bytes); ++n) {
+    }
+    std::printf("   6 GiB given back at once, then filled with %zu KiB creates:\n", bytes >> 10);
+    give_back.print("page unmap + release");
+    into_bulk.print("create");
+  }
+  for (device::PhysicalHandle each : made) dev.release_physical(each);
+  for (std::size_t i = 0; i < r.handles.size(); ++i) {
+    if (!live[i]) continue;
+    dev.unmap(r.va + i * unit, unit);
+    dev.release_physical(r.handles[i]);
+  }
+  dev.unreserve(r.va, most * unit);
+}
+
 // The same range backed by physical allocations of `chunk` bytes, each mapped whole: what the
 // driver's page-table work costs per 2 MiB when one handle covers many pages (create, map, one
 // set_access for the range, unmap, release), for device and host-located memory.
@@ -443,7 +554,8 @@ void bench_host_pinning(device::Device& dev, std::size_t total, std::size_t page
 }
 
 int main(int argc, char** argv) {
-  const std::size_t pages = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 256;
+  const bool only_creates = argc > 1 && std::string(argv[1]) == "--create-after-release";
+  const std::size_t pages = argc > 1 && !only_creates ? std::strtoull(argv[1], nullptr, 10) : 256;
   const std::size_t background = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 0;
   auto dev = device::make_cuda_device();
   if (dev->device_count() == 0 || dev->granularity(0) == 0 || pages == 0) {
@@ -452,6 +564,10 @@ int main(int argc, char** argv) {
   }
   const std::size_t page = dev->granularity(0);
   std::printf("page-move-bench: %zu pages of %zu KiB\n", pages, page >> 10);
+  if (only_creates) {
+    for (const std::size_t unit : {page, 4 * page}) bench_create_after_release(*dev, unit);
+    return 0;
+  }
   // Live single-page allocations held throughout, as a paged cache of that size holds them:
   // whether the driver's calls cost more with many allocations in the process.
   Range held;
@@ -496,5 +612,7 @@ int main(int argc, char** argv) {
                 "%.1f us per page\n", background, release_pages(*dev, held, page));
   }
   bench_full_device(*dev, page);
+  std::printf("creating after giving pages back, by page size:\n");
+  for (const std::size_t unit : {page, 4 * page}) bench_create_after_release(*dev, unit);
   return 0;
 }
