@@ -171,7 +171,8 @@ std::span<const Option> options() {
       {"page_size", OptionType::bytes,
        "With vmm: the unit of physical memory that is created, mapped and moved, rounded up to "
        "a multiple of the driver's granularity (0: the granularity, 2 MiB on current GPUs). "
-       "Larger: fewer and cheaper driver calls per byte, memory held in larger units.",
+       "Larger: fewer and cheaper driver calls per byte, memory held in larger units; "
+       "smaller: memory held and moved in finer units.",
        set_bytes<&Settings::page_size, 0, std::size_t{1} << 30>,
        get_size<&Settings::page_size>},
       {"offload", OptionType::choice,

@@ -96,9 +96,10 @@ TEST_CASE("C API: paged memory is shared by its pages and opened again", "[capi]
   // A released private pool's plain segments join the shared pools (private_pools.cpp): with
   // the cache emptied first, the allocation below is paged whatever ran before in the process.
   REQUIRE(cudalloc_empty_cache(-1) == CUDALLOC_SUCCESS);
+  constexpr size_t kBytes = 12 << 20;  // more than one page (8 MiB, the default page_size)
   void* p = nullptr;
-  REQUIRE(cudalloc_allocate(&p, 4 << 20, 0, stream(0)) == CUDALLOC_SUCCESS);
-  std::memset(p, 0x5a, 4 << 20);
+  REQUIRE(cudalloc_allocate(&p, kBytes, 0, stream(0)) == CUDALLOC_SUCCESS);
+  std::memset(p, 0x5a, kBytes);
   size_t page_size = 0, offset = 0, count = 0;
   REQUIRE(cudalloc_ipc_share_pages(p, &page_size, &offset, nullptr, 0, &count) ==
           CUDALLOC_SUCCESS);
@@ -116,7 +117,7 @@ TEST_CASE("C API: paged memory is shared by its pages and opened again", "[capi]
   const cudalloc_error_t opened =
       cudalloc_ipc_open_pages(getpid(), fds.data(), count, page_size, -1, &base);
   if (opened == CUDALLOC_SUCCESS) {
-    CHECK(std::memcmp(static_cast<char*>(base) + offset, p, 4 << 20) == 0);
+    CHECK(std::memcmp(static_cast<char*>(base) + offset, p, kBytes) == 0);
     CHECK(cudalloc_ipc_close_pages(base) == CUDALLOC_SUCCESS);
   } else {  // a kernel without pidfd_getfd: refused with a reason
     CHECK(std::strstr(cudalloc_last_error_string(), "pidfd") != nullptr);

@@ -95,14 +95,15 @@ TEST_CASE("C API: a snapshot lists the pages of paged segments as runs", "[capi]
   void* a = nullptr;
   void* b = nullptr;
   void* c = nullptr;
-  REQUIRE(cudalloc_allocate(&a, 4 * kMiB, 0, stream) == CUDALLOC_SUCCESS);
-  REQUIRE(cudalloc_allocate(&b, 4 * kMiB, 0, stream) == CUDALLOC_SUCCESS);
-  REQUIRE(cudalloc_allocate(&c, 4 * kMiB, 0, stream) == CUDALLOC_SUCCESS);
+  // A page each (8 MiB, the default page_size), so that freeing b frees whole pages.
+  REQUIRE(cudalloc_allocate(&a, 8 * kMiB, 0, stream) == CUDALLOC_SUCCESS);
+  REQUIRE(cudalloc_allocate(&b, 8 * kMiB, 0, stream) == CUDALLOC_SUCCESS);
+  REQUIRE(cudalloc_allocate(&c, 8 * kMiB, 0, stream) == CUDALLOC_SUCCESS);
   std::vector<json> mine = segments_of(snapshot(), 0x9a9e5);
   REQUIRE(mine.size() == 1);
-  REQUIRE(mine[0]["pages"].size() == 1);  // six pages on the device: one run
+  REQUIRE(mine[0]["pages"].size() == 1);  // three pages on the device: one run
   CHECK(mine[0]["pages"][0]["location"] == "device");
-  CHECK(mine[0]["pages"][0]["size"] == 12 * kMiB);
+  CHECK(mine[0]["pages"][0]["size"] == 24 * kMiB);
 
   // b freed and the cache emptied: its pages are unmapped, which cuts the range in two.
   REQUIRE(cudalloc_deallocate(b, 0) == CUDALLOC_SUCCESS);
@@ -118,7 +119,7 @@ TEST_CASE("C API: a snapshot lists the pages of paged segments as runs", "[capi]
   }
   const std::uint64_t first_end =
       mine[0]["address"].get<std::uint64_t>() + mine[0]["total_size"].get<std::uint64_t>();
-  CHECK(mine[1]["address"].get<std::uint64_t>() - first_end == 4 * kMiB);  // b's pages
+  CHECK(mine[1]["address"].get<std::uint64_t>() - first_end == 8 * kMiB);  // b's page
   REQUIRE(cudalloc_deallocate(a, 0) == CUDALLOC_SUCCESS);
   REQUIRE(cudalloc_deallocate(c, 0) == CUDALLOC_SUCCESS);
 }

@@ -28,6 +28,14 @@ inline Settings plain_settings(Settings s = {}) {
   return s;
 }
 
+// Settings whose page is the driver's granularity (2 MiB on the fake device), for tests that
+// count pages, page maps or bytes in 2 MiB units; the default page is 8 MiB
+// (Settings::page_size), which the other tests exercise.
+inline Settings granular_pages(Settings s = {}) {
+  s.page_size = 0;
+  return s;
+}
+
 struct Harness {
   explicit Harness(Settings settings = {}, FakeDevice::Options options = fake_options())
       : fake(options), alloc(std::make_unique<DeviceAllocator>(fake, 0, settings)) {}

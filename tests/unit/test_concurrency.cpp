@@ -108,7 +108,8 @@ TEST_CASE("streams of one device never wait on another device's events", "[devic
   o.devices = 2;
   o.manual_streams = true;
   FakeDevice fake(o);
-  Settings settings;
+  // 2 MiB pages under allocations of 1-5 MiB, so that pages move between streams.
+  Settings settings = granular_pages();
   settings.page_slack = 0;  // idle pages move between streams: every cross-stream edge
   Allocator allocator(fake, settings);
   Error err = Error::ok;

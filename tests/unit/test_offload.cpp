@@ -17,8 +17,9 @@ constexpr StreamHandle S = 0x61;
 constexpr StreamHandle T = 0x62;
 constexpr std::size_t kPage = 2 * MiB;
 
+// Pages of kPage: the tests here count spilled and promoted bytes in 2 MiB pages.
 Settings offload_settings(std::size_t limit, std::size_t host_limit = 0, double promote = 0) {
-  Settings s;
+  Settings s = granular_pages();
   s.limit = limit;
   s.offload = Offload::host;
   s.host_limit = host_limit;

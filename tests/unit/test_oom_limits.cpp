@@ -22,7 +22,7 @@ TEST_CASE("limit caps reserved memory; a request past it fails cleanly", "[limit
 }
 
 TEST_CASE("a shared segment shrinks to fit under the cap", "[limits]") {
-  Settings s;
+  Settings s = granular_pages();  // reserved is counted in 2 MiB pages
   s.limit = 16 * MiB;
   Harness h(s);
   void* a = h.get(3 * MiB);  // would take a 20 MiB segment without the cap

@@ -16,8 +16,10 @@ constexpr StreamHandle S = 0x51;
 constexpr StreamHandle T = 0x52;
 constexpr std::size_t kPage = 2 * MiB;
 
+// Pages of kPage (the fake's granularity): the tests here count pages and place blocks on
+// 2 MiB boundaries; those about page_size set their own.
 Settings paged(double slack = 0.0) {
-  Settings s;
+  Settings s = granular_pages();
   s.page_slack = slack;
   return s;
 }
@@ -366,6 +368,16 @@ TEST_CASE("page_size sets the unit of paged memory, a multiple of the granularit
     REQUIRE(h.alloc->empty_cache() == Error::ok);
     CHECK(h.stats().reserved_bytes.current == 0);
   }
+}
+
+TEST_CASE("the default page is 8 MiB", "[pages][page_size]") {
+  Harness h;  // default settings: Settings::page_size
+  REQUIRE(h.alloc->paged());
+  CHECK(Settings{}.page_size == 8 * MiB);
+  h.put(h.get(5 * MiB));
+  CHECK(h.stats().reserved_bytes.current == static_cast<std::int64_t>(8 * MiB));
+  CHECK(h.fake.calls(CallKind::create_physical) == 1);
+  CHECK(h.fake.calls(CallKind::map) == 1);
 }
 
 TEST_CASE("larger pages map less on a workload whose sizes keep changing, bytes intact",

@@ -394,7 +394,7 @@ TEST_CASE("pause waits for streams a region's allocation was recorded on", "[reg
 
 TEST_CASE("a region's freed blocks keep their pages mapped (graph replays find them)",
           "[regions]") {
-  Harness h;
+  Harness h(granular_pages());  // counts 2 MiB pages
   const RegionId r = region("test-held");
   auto bufs = fill_region(h, r, {8 * MiB, 8 * MiB});
   const std::uint64_t maps = h.fake.calls(CallKind::map);
@@ -510,7 +510,7 @@ TEST_CASE("a large region moves in overlapping batches, and a fault in any batch
           "byte", "[regions][faults]") {
   constexpr std::size_t kBig = 150 * MiB;  // 75 pages: three batches in the pipeline
   {
-    Harness h;
+    Harness h(granular_pages());  // counts 2 MiB pages
     const RegionId r = region("test-big");
     void* p = stamped_in(h, r, kBig, 5);
     const std::size_t device_before = h.fake.used_bytes(0);
@@ -590,7 +590,7 @@ TEST_CASE("pause and resume move a region in chunks: one physical allocation per
           "32 pages, reused by the next pause", "[regions]") {
   constexpr std::size_t kBig = 150 * MiB;  // one segment of 75 pages: pieces of 32, 32 and 11
   constexpr std::uint64_t kPieces = 3;
-  Harness h;
+  Harness h(granular_pages());  // counts 2 MiB pages
   const RegionId r = region("test-chunks");
   // The region's memory is held in device chunks from the start, one per piece.
   void* p = nullptr;
@@ -834,7 +834,7 @@ TEST_CASE("prepare_pause that the driver refuses part way keeps what it pinned f
 TEST_CASE("a held segment takes single pages where no chunk can be had, and where cudalloc's "
           "cache holds the room, it gives way to chunks", "[regions]") {
   constexpr std::size_t kBig = 64 * MiB;  // one piece of 32 pages
-  Harness h(Settings{}, fake_options(160 * MiB));
+  Harness h(granular_pages(), fake_options(160 * MiB));  // 2 MiB pages
   const RegionId r = region("test-hold-single");
   // The driver refuses the chunk: the segment is held in single pages, and moves as before.
   h.fake.fail_call(CallKind::create_physical, 1, device::Status::out_of_memory);
@@ -879,7 +879,7 @@ TEST_CASE("a held segment takes single pages where no chunk can be had, and wher
 TEST_CASE("a region's segment whose hold could not be released serves later requests with "
           "memory of its own, never a chunk's page alone", "[regions][faults]") {
   constexpr std::size_t kBig = 64 * MiB;  // one chunk of 32 pages
-  Harness h;
+  Harness h(granular_pages());  // counts 2 MiB pages
   const RegionId r = region("test-hold-release-fails");
   void* p = stamped_in(h, r, kBig, 91);
   h.put(p);
@@ -1020,7 +1020,7 @@ TEST_CASE("pause remaps each piece after its own copies: one event per piece, an
 TEST_CASE("resume gives cudalloc's idle single pages back to make room for a chunk, so the "
           "next pause moves the piece whole", "[regions]") {
   constexpr std::size_t kBig = 64 * MiB;  // one piece of 32 pages
-  Harness h(Settings{}, fake_options(192 * MiB));
+  Harness h(granular_pages(), fake_options(192 * MiB));  // 2 MiB pages
   const RegionId r = region("test-chunk-room");
   void* p = stamped_in(h, r, kBig, 51);
   REQUIRE(pause(h, r, true) == Error::ok);

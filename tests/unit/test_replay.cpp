@@ -337,7 +337,9 @@ TEST_CASE("reserved curves hold each policy's reserved bytes per bucket of event
           "[replay][curves]") {
   std::vector<ReservedCurve> curves;
   std::string error;
-  REQUIRE(replay_curves(curve_trace(), Settings{}, std::uint64_t(1) << 40, kBucketFirst, &curves,
+  Settings settings;
+  settings.page_size = 0;  // the driver's granularity: the figures below are in 2 MiB pages
+  REQUIRE(replay_curves(curve_trace(), settings, std::uint64_t(1) << 40, kBucketFirst, &curves,
                         &error));
   REQUIRE(curves.size() == 3);
   // cudalloc, paged: reserved is its 2 MiB physical pages: 4 MiB, then 30 MiB (the two idle

@@ -57,7 +57,7 @@ def free_bytes(torch):
     return torch.cuda.mem_get_info()[0]
 
 
-def child(mode, weights_gib, cache_gib, prepare=False):
+def child(mode, weights_gib, cache_gib, prepare=False, settle_s=0.0):
     import torch
     import cudalloc
     if mode == "adapter":
@@ -163,6 +163,7 @@ def child(mode, weights_gib, cache_gib, prepare=False):
             # Under LD_PRELOAD PyTorch's cache holds the ballast's segments; through the
             # adapter the freed memory is cudalloc's, and resume takes its idle pages.
             torch.cuda.empty_cache()
+        time.sleep(settle_s)  # --settle: lets the driver finish its own work after a release
         t = time.perf_counter()
         cudalloc.resume("weights")
         c["resume_s"] = time.perf_counter() - t
@@ -200,13 +201,17 @@ def main():
     ap.add_argument("--modes", default="adapter,preload")
     ap.add_argument("--prepare", action="store_true",
                     help="pin the first pause's host memory ahead (cudalloc.prepare_pause)")
+    ap.add_argument("--settle", type=float, default=0.0, metavar="SECONDS",
+                    help="wait this long between emptying the cache and resuming, to tell the "
+                         "driver's own work after a release apart from the resume's")
     ap.add_argument("--json")
     ap.add_argument("--child-logs", metavar="PREFIX",
                     help="write each mode's stderr (cudalloc's log) to PREFIX-MODE.log")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.weights_gib, args.cache_gib, args.prepare)))
+        print(json.dumps(child(args.child, args.weights_gib, args.cache_gib, args.prepare,
+                               args.settle)))
         return 0
     try:
         import torch
@@ -225,6 +230,8 @@ def main():
                "--weights-gib", str(args.weights_gib), "--cache-gib", str(args.cache_gib)]
         if args.prepare:
             cmd.append("--prepare")
+        if args.settle:
+            cmd += ["--settle", str(args.settle)]
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         if args.child_logs:
             with open(f"{args.child_logs}-{mode}.log", "w") as f:
