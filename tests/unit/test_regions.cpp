@@ -1017,18 +1017,29 @@ TEST_CASE("pause remaps each piece after its own copies: one event per piece, an
   h.put(p);
 }
 
+namespace {
+
+// A kept region of `bytes` stamped with `seed`, paused; then another workload takes the freed
+// memory of a 192 MiB device and frees it into cudalloc's cache, so that the device has no
+// room for a chunk of the region beside the cache when it resumes.
+void* paused_beside_full_cache(Harness& h, RegionId r, std::size_t bytes, std::uint32_t seed) {
+  void* p = stamped_in(h, r, bytes, seed);
+  REQUIRE(pause(h, r, true) == Error::ok);
+  void* ballast = h.get(160 * MiB, T);
+  fill_pattern(ballast, 160 * MiB, seed + 1);
+  h.put(ballast);
+  REQUIRE(h.fake.used_bytes(0) + bytes > 192 * MiB);
+  return p;
+}
+
+}  // namespace
+
 TEST_CASE("resume gives cudalloc's idle single pages back to make room for a chunk, so the "
           "next pause moves the piece whole", "[regions]") {
   constexpr std::size_t kBig = 64 * MiB;  // one piece of 32 pages
   Harness h(granular_pages(), fake_options(192 * MiB));  // 2 MiB pages
   const RegionId r = region("test-chunk-room");
-  void* p = stamped_in(h, r, kBig, 51);
-  REQUIRE(pause(h, r, true) == Error::ok);
-  // Another workload takes the freed memory and frees it into cudalloc's cache.
-  void* ballast = h.get(160 * MiB, T);
-  fill_pattern(ballast, 160 * MiB, 52);
-  h.put(ballast);
-  REQUIRE(h.fake.used_bytes(0) + kBig > 192 * MiB);  // no room for a chunk beside the cache
+  void* p = paused_beside_full_cache(h, r, kBig, 51);
   CallCounts c = calls_of(h, [&] { REQUIRE(resume(h, r) == Error::ok); });
   CHECK(c.create == 2);  // the driver refuses the chunk, then gives it in the room freed
   CHECK(c.release == kBig / kPage);
@@ -1052,12 +1063,7 @@ TEST_CASE("with pages of 8 MiB resume takes cudalloc's idle pages as they are, g
   settings.page_size = 8 * MiB;
   Harness h(settings, fake_options(192 * MiB));
   const RegionId r = region("test-idle-8m");
-  void* p = stamped_in(h, r, kBig, 53);
-  REQUIRE(pause(h, r, true) == Error::ok);
-  void* ballast = h.get(160 * MiB, T);
-  fill_pattern(ballast, 160 * MiB, 54);
-  h.put(ballast);
-  REQUIRE(h.fake.used_bytes(0) + kBig > 192 * MiB);  // no room for a chunk beside the cache
+  void* p = paused_beside_full_cache(h, r, kBig, 53);
   CallCounts c = calls_of(h, [&] { REQUIRE(resume(h, r) == Error::ok); });
   CHECK(c.release == 0);  // the idle pages serve where they are
   CHECK(c.create <= 1);   // at most the chunk the full device refuses
