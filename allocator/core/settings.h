@@ -39,9 +39,11 @@ struct Settings {
   // and moved; rounded up to a multiple of the driver's granularity (0: the granularity, 2 MiB
   // on current GPUs). The driver's calls cost about the same per call up to 16 MiB, so larger
   // pages cut the cost of mapping a byte several times, for memory rounded to larger units.
-  // 8 MiB by default: on the H100 it brought mixed sizes to 130-152 ns/op, varlen training and
-  // inference to within about 1% of native, and resumes to 97-100% of the bare copy, for a few
-  // tenths of a percent more reserved memory than 2 MiB pages (docs/benchmarks.md).
+  // 8 MiB by default: on the H100 it brought mixed sizes to 98-152 ns/op (2 MiB: 197-219),
+  // varlen training and inference to within about 1% of native in one round, and resumes into
+  // idle pages to 96-100% of the bare copy (2 MiB: 23-64%), for a few tenths of a percent more
+  // reserved memory. Its weak case: resumes right after empty_cache, 64-79% against 89-95%
+  // (docs/benchmarks.md, "The 8 MiB default on the GPU").
   std::size_t page_size = 8 * MiB;
   // The host tier: with Offload::host, requests past the device budget are served from host
   // memory mapped into the device's address space (paged mode: host-located physical pages,

@@ -163,7 +163,7 @@ def child(mode, weights_gib, cache_gib, prepare=False, settle_s=0.0):
             # Under LD_PRELOAD PyTorch's cache holds the ballast's segments; through the
             # adapter the freed memory is cudalloc's, and resume takes its idle pages.
             torch.cuda.empty_cache()
-        time.sleep(settle_s)  # --settle: lets the driver finish its own work after a release
+            time.sleep(settle_s)  # --settle: lets the driver finish its work after a release
         t = time.perf_counter()
         cudalloc.resume("weights")
         c["resume_s"] = time.perf_counter() - t
