@@ -49,6 +49,9 @@ cudalloc_error_t cudalloc_allocate(void** ptr, size_t size, int device, cudaStre
 }
 
 cudalloc_error_t cudalloc_deallocate(void* ptr, int device) {
+  if (DeviceAllocator* d = device_in_use(device); d != nullptr && ptr != nullptr) {
+    return guarded([&] { return d->deallocate(ptr); });
+  }
   if (const cudalloc_error_t e = check_device(device); e != CUDALLOC_SUCCESS) return e;
   if (ptr == nullptr) return CUDALLOC_SUCCESS;  // as cudaFree(NULL)
   return guarded([&]() -> Error {

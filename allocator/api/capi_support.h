@@ -75,8 +75,16 @@ inline cudalloc_error_t check_device(int device) noexcept {
 
 // Runs f(DeviceAllocator&) on `device` (checked as above), or on every initialised device
 // when it is -1 and -1 means all.
+// The allocator of `device` when the process allocator exists and that device is in use
+// already (the cached path of every call that names its device): two atomic loads.
+inline DeviceAllocator* device_in_use(int device) noexcept {
+  Allocator* a = cudalloc::process_allocator_if_created();
+  return a != nullptr ? a->in_use(device) : nullptr;
+}
+
 template <typename F>
 inline cudalloc_error_t on_device(int device, MinusOne minus_one, F&& f) {
+  if (DeviceAllocator* d = device_in_use(device)) return guarded([&] { return f(*d); });
   if (const cudalloc_error_t e = check_device(device); e != CUDALLOC_SUCCESS) return e;
   return guarded([&]() -> Error {
     Allocator& a = process_allocator();

@@ -29,9 +29,12 @@ class Allocator {
     return create_device(dev, err);
   }
   // Whether device `dev` has its allocator already (one atomic load: the cached path).
-  bool initialised(int dev) const {
-    return dev >= 0 && dev < kMaxDevices &&
-           devices_[dev].load(std::memory_order_acquire) != nullptr;
+  bool initialised(int dev) const { return in_use(dev) != nullptr; }
+  // The allocator of device `dev` if it has one already, else nullptr (-1 included): one
+  // atomic load, nothing created, no driver query.
+  DeviceAllocator* in_use(int dev) const {
+    return dev >= 0 && dev < kMaxDevices ? devices_[dev].load(std::memory_order_acquire)
+                                         : nullptr;
   }
   // The initialised device that has `ptr` live, or nullptr.
   DeviceAllocator* owner_of(const void* ptr);

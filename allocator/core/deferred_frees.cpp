@@ -151,8 +151,8 @@ void DeferredFrees::poll(Wait wait) {
   }
 }
 
-void DeferredFrees::order_before_reuse() {
-  if (!legacy_event_owed_ || Captures::process().underway()) return;
+void DeferredFrees::record_owed_event() {
+  if (Captures::process().underway()) return;
   // One event on the legacy stream: it runs after the earlier work of every blocking stream,
   // and work queued later on any of them runs after it. Without it (an event that cannot be
   // recorded) the fence synchronizes the device.

@@ -92,8 +92,11 @@ class DeferredFrees {
   // the default ones, completes at once and owes one event on the legacy stream).
   void free_in_device_order(const LiveEntry& entry);
   // Before an allocation may hand out memory freed in device order with only default
-  // streams: the owed event on the legacy default stream (nothing when none is owed).
-  void order_before_reuse();
+  // streams: the owed event on the legacy default stream (nothing when none is owed; inline,
+  // as it is on every allocation).
+  void order_before_reuse() {
+    if (legacy_event_owed_) record_owed_event();
+  }
 
   bool has_pending() const { return !pending_.empty(); }
   bool has_unfenced() const { return !unfenced_.empty(); }
@@ -130,6 +133,7 @@ class DeferredFrees {
   void forget();
 
  private:
+  void record_owed_event();
   PendingFree make_pending(const LiveEntry& entry);
   // Whether the allocation stream `own` or a stream of `uses` is being captured.
   bool any_capturing(const std::vector<StreamHandle>& uses, StreamHandle own);

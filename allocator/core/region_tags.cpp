@@ -1,5 +1,6 @@
 #include "core/region_tags.h"
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -22,6 +23,12 @@ struct Stack {
 };
 
 thread_local Stack stack;
+
+// Regions entered and not yet left, over all threads. A thread that has entered one sees its
+// own increment, so a zero read means the calling thread is in none: every allocation then
+// skips the thread-local lookup (which in a shared library is a call to __tls_get_addr). A
+// thread that exits inside a region leaves the count above zero: only the shortcut is lost.
+std::atomic<std::int64_t> g_entered{0};
 
 }  // namespace
 
@@ -63,6 +70,7 @@ std::string RegionTags::name(RegionId id) {
 }
 
 RegionId RegionTags::current() {
+  if (g_entered.load(std::memory_order_relaxed) == 0) return kNoRegion;
   return stack.depth == 0 ? kNoRegion : stack.ids[stack.depth - 1];
 }
 
@@ -72,6 +80,7 @@ Error RegionTags::begin(RegionId id) {
                 kMaxDepth);
   }
   stack.ids[stack.depth++] = id;
+  g_entered.fetch_add(1, std::memory_order_relaxed);
   return Error::ok;
 }
 
@@ -80,6 +89,7 @@ Error RegionTags::end() {
     return fail(Error::invalid_value, "region_end: no region was begun on this thread");
   }
   --stack.depth;
+  g_entered.fetch_sub(1, std::memory_order_relaxed);
   return Error::ok;
 }
 

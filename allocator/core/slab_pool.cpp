@@ -59,7 +59,9 @@ Slab* SlabPool::new_slab(StreamPool& pool, const Request& request, int cls) {
 
 void SlabPool::free(Slab* slab, std::uintptr_t addr) {
   SlabClass& c = slab->pool->classes[static_cast<std::size_t>(slab->cls)];
-  const auto slot = static_cast<std::uint32_t>((addr - slab->base()) / slab->object_size);
+  // A slab is at most a few MiB (size_classes.h: a few objects of at most slab_max, 1 MiB, in
+  // 64 KiB or 2 MiB units), far below 4 GiB: a 32-bit division, cheaper than a 64-bit one.
+  const auto slot = static_cast<std::uint32_t>(addr - slab->base()) / slab->object_size;
   slab->free_slots.push_back(slot);
   if (slab->available_index < 0) make_available(c, slab);
   if (--slab->used == 0 && ++c.empty > settings_.slab_keep) release(slab);
