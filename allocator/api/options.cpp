@@ -168,6 +168,11 @@ std::span<const Option> options() {
        "moves an idle page instead of taking new memory. Higher: fewer page moves, more "
        "memory.",
        set_share<&Settings::page_slack>, get_share<&Settings::page_slack>},
+      {"remap_growth", OptionType::fraction,
+       "With vmm: new memory allowed, as a fraction of reserved memory, for pages that keep "
+       "losing their physical page to others (workloads whose shapes change every step). "
+       "Higher: fewer remaps, more memory; 0: such pages reuse idle pages like any other.",
+       set_share<&Settings::remap_growth>, get_share<&Settings::remap_growth>},
       {"page_size", OptionType::bytes,
        "With vmm: the unit of physical memory that is created, mapped and moved, rounded up to "
        "a multiple of the driver's granularity (0: the granularity, 2 MiB on current GPUs). "

@@ -25,9 +25,9 @@ Error PhysicalPages::acquire(Claim claim, const Request& request, PhysicalPage**
   // every step have many such pages, and a bound of a fraction of the slack left them
   // remapping most of them every step.
   const bool grow_chronic =
-      claim == Claim::chronic &&
+      claim == Claim::chronic && settings_.remap_growth > 0 &&
       static_cast<double>(chronic_ * page_size_) <=
-          kChronicGrowth * static_cast<double>(ledger_.stats().reserved_bytes.current);
+          settings_.remap_growth * static_cast<double>(ledger_.stats().reserved_bytes.current);
   if (grow_chronic) prefer_idle = !request.may_grow();
   // Which idle page: a page mapped nowhere yet takes the one idle longest, whose old
   // addresses a repeating workload is least likely to want back soon after a short pause; a

@@ -41,8 +41,6 @@ enum class Claim { fresh, conflict, chronic };
 class PhysicalPages {
  public:
   static constexpr int kChronicConflicts = 2;
-  // Memory created for chronic conflicts, as a share of reserved memory (see acquire).
-  static constexpr double kChronicGrowth = 0.10;
 
   struct IdleList {
     PhysicalPage* head = nullptr;

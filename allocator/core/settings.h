@@ -35,6 +35,12 @@ struct Settings {
   // Paged mode: idle mapped pages (free, kept mapped where they are) allowed as a fraction of
   // reserved memory before a request takes an idle page from elsewhere instead of new memory.
   double page_slack = 0.02;
+  // Paged mode: new memory allowed, as a fraction of reserved memory, for pages that keep
+  // losing their physical page to other pages (PhysicalPages::acquire, a "chronic" claim:
+  // part of a cycle in which more pages are in use than there is memory for). Each turn of
+  // such a cycle costs a remap; new memory ends it. Driven by remaps seen, so a workload
+  // without cycles never grows this way. 0: such pages take idle pages like any other.
+  double remap_growth = 0.10;
   // Paged mode: the size of a page, the unit of physical memory that is created, mapped, lent
   // and moved; rounded up to a multiple of the driver's granularity (0: the granularity, 2 MiB
   // on current GPUs). The driver's calls cost about the same per call up to 16 MiB, so larger

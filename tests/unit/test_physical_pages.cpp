@@ -221,6 +221,27 @@ TEST_CASE("physical pages: chronic growth is bounded by reserved memory, not the
   CHECK(p.physical.device_idle() == 35);
 }
 
+// remap_growth sets the share: twice the default grows twice as many pages; 0 grows none,
+// and chronic claims take idle pages like conflicts.
+TEST_CASE("physical pages: remap_growth is the chronic share of reserved memory",
+          "[component][physical_pages]") {
+  auto chronic_growth = [](double share) {
+    Settings s = with_limit(0, 0.01);
+    s.remap_growth = share;
+    PagedParts p(s, small_device(256 * MiB));
+    for (int i = 0; i < 40; ++i) p.physical.make_idle(*create(p));  // 80 MiB, all idle
+    PhysicalPage* got = nullptr;
+    for (int i = 0; i < 20; ++i) {
+      REQUIRE(p.physical.acquire(Claim::chronic, request(), &got) == Error::ok);
+    }
+    return p.physical.count() - 40;
+  };
+  CHECK(chronic_growth(Settings{}.remap_growth) == 5);  // as in the test above
+  // A fifth: grown pages of 0, 2, ..., 20 MiB are within a fifth of 80, 82, ..., 100 MiB.
+  CHECK(chronic_growth(0.2) == 11);
+  CHECK(chronic_growth(0.0) == 0);
+}
+
 TEST_CASE("physical pages: past the cap an idle page serves even within the slack",
           "[component][physical_pages]") {
   PagedParts p(with_limit(4 * MiB, 1.0));
