@@ -12,6 +12,12 @@ returned (cudaMemGetInfo before and after).
 --prepare pins the host memory of the first pause ahead (cudalloc.prepare_pause), timed
 apart, so that the first pause only copies as the later ones do.
 
+--release-probe GIB measures what a large release does to the copy right after it, apart
+from any resume: an h2d copy at rest, then GIB of device memory is allocated, written, freed
+and the cache emptied, and the same copy is timed at once. It runs at the end of each mode's
+child and in a mode of its own, "native" (PyTorch's allocator, no cudalloc: cudaFree gives
+the memory back), which --release-probe adds to the modes.
+
 Runs each mode in a child process:
   adapter  cudalloc.enable(): PyTorch allocates through cudalloc; the graph's private pool
            is created inside region "graph" and sleeps too (kept)
@@ -52,13 +58,40 @@ def bare_bandwidth(torch, nbytes):
     return out
 
 
+def timed_h2d(torch, dev, host):
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    dev.copy_(host, non_blocking=True)
+    torch.cuda.synchronize()
+    return dev.numel() / (time.perf_counter() - t) / GIB
+
+
+def release_probe(torch, release_gib, nbytes=4 * GIB):
+    """GiB/s of an h2d copy of nbytes at rest (best of 3) and right after release_gib of
+    device memory was allocated, written, freed and the cache emptied (one copy)."""
+    dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    timed_h2d(torch, dev, host)  # warm
+    rest = max(timed_h2d(torch, dev, host) for _ in range(3))
+    big = torch.empty(int(release_gib * GIB), dtype=torch.uint8, device="cuda")
+    big.fill_(1)
+    torch.cuda.synchronize()
+    del big
+    torch.cuda.empty_cache()
+    after = timed_h2d(torch, dev, host)
+    del dev, host
+    return {"release_gib": release_gib, "rest_gibps": rest, "after_release_gibps": after}
+
+
 def free_bytes(torch):
     torch.cuda.synchronize()
     return torch.cuda.mem_get_info()[0]
 
 
-def child(mode, weights_gib, cache_gib, prepare=False, settle_s=0.0):
+def child(mode, weights_gib, cache_gib, prepare=False, settle_s=0.0, probe_gib=0.0):
     import torch
+    if mode == "native":
+        return {"mode": mode, "cycles": [], "probe": release_probe(torch, probe_gib)}
     import cudalloc
     if mode == "adapter":
         cudalloc.enable()
@@ -180,8 +213,10 @@ def child(mode, weights_gib, cache_gib, prepare=False, settle_s=0.0):
 
     cycles = [cycle(empty) for empty in (True, True, False, False)]
     weights_bytes = resident["weights"]
+    probe = release_probe(torch, probe_gib) if probe_gib else None
     return {
         "mode": mode,
+        "probe": probe,
         "region_bytes": region_bytes,
         "weights_bytes": weights_bytes,
         "free_before": free_before,
@@ -204,6 +239,8 @@ def main():
     ap.add_argument("--settle", type=float, default=0.0, metavar="SECONDS",
                     help="wait this long between emptying the cache and resuming, to tell the "
                          "driver's own work after a release apart from the resume's")
+    ap.add_argument("--release-probe", type=float, default=0.0, metavar="GIB",
+                    help="time an h2d copy at rest and right after releasing GIB (see above)")
     ap.add_argument("--json")
     ap.add_argument("--child-logs", metavar="PREFIX",
                     help="write each mode's stderr (cudalloc's log) to PREFIX-MODE.log")
@@ -211,7 +248,7 @@ def main():
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.weights_gib, args.cache_gib, args.prepare,
-                               args.settle)))
+                               args.settle, args.release_probe)))
         return 0
     try:
         import torch
@@ -222,7 +259,10 @@ def main():
         return 77
     import cudalloc
     results, ok = [], True
-    for mode in args.modes.split(","):
+    modes = args.modes.split(",")
+    if args.release_probe and "native" not in modes:
+        modes.insert(0, "native")
+    for mode in modes:
         env = dict(os.environ)
         if mode == "preload":
             env["LD_PRELOAD"] = cudalloc.preload_path()
@@ -232,6 +272,8 @@ def main():
             cmd.append("--prepare")
         if args.settle:
             cmd += ["--settle", str(args.settle)]
+        if args.release_probe:
+            cmd += ["--release-probe", str(args.release_probe)]
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         if args.child_logs:
             with open(f"{args.child_logs}-{mode}.log", "w") as f:
@@ -250,6 +292,14 @@ def main():
           f"{'pause GiB/s':>11} {'(d2h bare)':>10} {'resume GiB/s':>12} {'(h2d bare)':>10} "
           f"{'trained':>7}")
     for r in results:
+        if r.get("probe"):
+            pr = r["probe"]
+            print(f"{r['mode']:8} release probe: h2d {pr['rest_gibps']:.1f} GiB/s at rest, "
+                  f"{pr['after_release_gibps']:.1f} GiB/s right after releasing "
+                  f"{pr['release_gib']:g} GiB "
+                  f"({100 * pr['after_release_gibps'] / pr['rest_gibps']:.0f}%)")
+        if not r["cycles"]:
+            continue
         for i, c in enumerate(r["cycles"]):
             print(f"{r['mode']:8} {i + 1:5} {str(c['empty_cache']):5} {str(c['same_outputs']):5} "
                   f"{r['region_bytes'] / GIB:10.2f} {c['returned_bytes'] / GIB:12.2f} "
