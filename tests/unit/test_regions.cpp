@@ -4,6 +4,7 @@
 // of either operation. The harness checks every invariant after each operation.
 #include <algorithm>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "core/captures.h"
@@ -171,6 +172,43 @@ TEST_CASE("regions nest, and a private pool created inside one belongs to it", "
   h.put(pb);
   h.put(pg);
   REQUIRE(h.alloc->release_private_pool(77) == Error::ok);
+}
+
+// RegionTags::current skips the thread-local stack while no thread is in a region: a thread
+// inside one must still see it, and every other thread must not.
+TEST_CASE("the current region is per thread, also while another thread is inside one",
+          "[regions]") {
+  const RegionId a = region("test-threads-a");
+  const RegionId b = region("test-threads-b");
+  CHECK(RegionTags::current() == kNoRegion);
+  // The thread only records (Catch's assertions are for the test's own thread).
+  RegionId seen_before = a, seen_inside = kNoRegion, seen_after = a;
+  Error began = Error::internal, ended = Error::internal;
+  {
+    InRegion in_a(a);
+    std::thread other([&] {
+      seen_before = RegionTags::current();
+      began = RegionTags::begin(b);
+      seen_inside = RegionTags::current();
+      ended = RegionTags::end();
+      seen_after = RegionTags::current();
+    });
+    other.join();
+    CHECK(RegionTags::current() == a);
+  }
+  CHECK(seen_before == kNoRegion);  // another thread's region is not its own
+  CHECK(began == Error::ok);
+  CHECK(seen_inside == b);
+  CHECK(ended == Error::ok);
+  CHECK(seen_after == kNoRegion);
+  CHECK(RegionTags::current() == kNoRegion);
+  // A failed begin (past the depth) and a failed end leave the count as it was.
+  CHECK(RegionTags::end() == Error::invalid_value);
+  for (int i = 0; i < RegionTags::kMaxDepth; ++i) REQUIRE(RegionTags::begin(a) == Error::ok);
+  CHECK(RegionTags::begin(b) == Error::invalid_value);
+  CHECK(RegionTags::current() == a);
+  for (int i = 0; i < RegionTags::kMaxDepth; ++i) REQUIRE(RegionTags::end() == Error::ok);
+  CHECK(RegionTags::current() == kNoRegion);
 }
 
 TEST_CASE("pause with keep moves the region to host memory at the same addresses, and resume "
