@@ -73,8 +73,6 @@ inline cudalloc_error_t check_device(int device) noexcept {
   return CUDALLOC_ERROR_INVALID_DEVICE;
 }
 
-// Runs f(DeviceAllocator&) on `device` (checked as above), or on every initialised device
-// when it is -1 and -1 means all.
 // The allocator of `device` when the process allocator exists and that device is in use
 // already (the cached path of every call that names its device): two atomic loads.
 inline DeviceAllocator* device_in_use(int device) noexcept {
@@ -82,6 +80,8 @@ inline DeviceAllocator* device_in_use(int device) noexcept {
   return a != nullptr ? a->in_use(device) : nullptr;
 }
 
+// Runs f(DeviceAllocator&) on `device` (checked as above), or on every initialised device
+// when it is -1 and -1 means all.
 template <typename F>
 inline cudalloc_error_t on_device(int device, MinusOne minus_one, F&& f) {
   if (DeviceAllocator* d = device_in_use(device)) return guarded([&] { return f(*d); });
