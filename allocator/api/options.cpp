@@ -206,7 +206,8 @@ std::span<const Option> options() {
       {"time_device_calls", OptionType::boolean,
        "Time every call into the CUDA driver by kind. Pause and resume then log (info level; "
        "the move itself at debug) the calls and milliseconds of each kind they made, largest "
-       "first. Costs two clock reads per driver call. Read when the allocator starts.",
+       "first, and the process logs its totals when it exits (info level). Costs two clock "
+       "reads per driver call. Read when the allocator starts.",
        set_boolean<&Settings::time_device_calls>, get_boolean<&Settings::time_device_calls>},
       {"trace", OptionType::count,
        "Keep the last N allocator events per device (alloc, free, segment, oom) for snapshots "

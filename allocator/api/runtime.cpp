@@ -10,6 +10,7 @@
 
 #include "api/hooks.h"
 #include "api/options.h"
+#include "core/call_profile.h"
 #include "core/log.h"
 #include "device/timed_device.h"
 
@@ -35,6 +36,19 @@ void unlock_after_fork() {
   if (Allocator* a = process_allocator_if_created()) a->unlock_all();
 }
 
+// time_device_calls: the process's driver calls by kind, logged (info) when it exits, for
+// workloads whose time goes to calls outside pause and resume (remaps, waits). The profile
+// is immortal like the device it reads; logging at exit only reads it.
+const CallProfile* g_process_calls = nullptr;
+
+void log_device_calls_at_exit(const device::Device& timed) {
+  g_process_calls = new (std::nothrow) CallProfile(timed);
+  if (g_process_calls == nullptr) return;
+  std::atexit([] {
+    log().info("time_device_calls: the whole process{}", g_process_calls->summary(12));
+  });
+}
+
 Allocator* make_process_allocator() {
   const std::string device_warning = device_choice_warning(std::getenv("CUDALLOC_DEVICE"));
   if (!device_warning.empty()) log().warn("{}", device_warning);
@@ -49,6 +63,7 @@ Allocator* make_process_allocator() {
     // Lives as long as the process device does (never destroyed: see process_device).
     if (auto* timed = new (std::nothrow) device::TimedDevice(*device)) {
       device = timed;
+      log_device_calls_at_exit(*timed);
     } else {
       log().warn("time_device_calls: no memory for the timer; device calls are not timed");
     }
