@@ -38,32 +38,29 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "python"))
 GIB = 1 << 30
 
 
+def copy_gibps(torch, dst, src):
+    """GiB/s of one copy of src into dst, timed from an idle GPU to its end."""
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    dst.copy_(src, non_blocking=True)
+    torch.cuda.synchronize()
+    return dst.numel() * dst.element_size() / (time.perf_counter() - t) / GIB
+
+
+def best_copy_gibps(torch, dst, src, runs=3):
+    """GiB/s of the fastest of `runs` copies, after one to warm up."""
+    copy_gibps(torch, dst, src)
+    return max(copy_gibps(torch, dst, src) for _ in range(runs))
+
+
 def bare_bandwidth(torch, nbytes):
     """GiB/s of one device->host and one host->device copy of nbytes into pinned memory."""
     dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    out = {}
-    for name, dst, src in (("d2h", host, dev), ("h2d", dev, host)):
-        dst.copy_(src, non_blocking=True)  # warm
-        torch.cuda.synchronize()
-        best = None
-        for _ in range(3):
-            t = time.perf_counter()
-            dst.copy_(src, non_blocking=True)
-            torch.cuda.synchronize()
-            dt = time.perf_counter() - t
-            best = dt if best is None else min(best, dt)
-        out[name] = nbytes / best / GIB
+    out = {name: best_copy_gibps(torch, dst, src)
+           for name, dst, src in (("d2h", host, dev), ("h2d", dev, host))}
     del dev, host
     return out
-
-
-def timed_h2d(torch, dev, host):
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    dev.copy_(host, non_blocking=True)
-    torch.cuda.synchronize()
-    return dev.numel() / (time.perf_counter() - t) / GIB
 
 
 def release_probe(torch, release_gib, nbytes=4 * GIB):
@@ -71,14 +68,13 @@ def release_probe(torch, release_gib, nbytes=4 * GIB):
     device memory was allocated, written, freed and the cache emptied (one copy)."""
     dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    timed_h2d(torch, dev, host)  # warm
-    rest = max(timed_h2d(torch, dev, host) for _ in range(3))
+    rest = best_copy_gibps(torch, dev, host)
     big = torch.empty(int(release_gib * GIB), dtype=torch.uint8, device="cuda")
     big.fill_(1)
     torch.cuda.synchronize()
     del big
     torch.cuda.empty_cache()
-    after = timed_h2d(torch, dev, host)
+    after = copy_gibps(torch, dev, host)
     del dev, host
     return {"release_gib": release_gib, "rest_gibps": rest, "after_release_gibps": after}
 
