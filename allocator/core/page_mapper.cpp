@@ -230,7 +230,16 @@ Error PageMapper::attach(Page& page, PhysicalPage& phys) {
   if (phys.host) ++page.segment->host_mapped;
   phys.mappings.push_back(&page);
   ledger_.page_mapped(va, page_size_, page.segment->pool->stream);
+  if (phys.mappings.size() > 1) cover_other_mappings(phys, page);
   return Error::ok;
+}
+
+void PageMapper::cover_other_mappings(const PhysicalPage& phys, const Page& page) {
+  for (const Page* other : phys.mappings) {
+    if (other != &page && other->users == 0) {
+      checkpoints_.cover(other->segment->pool->stream, other->idle_since, physical_.epoch());
+    }
+  }
 }
 
 Error PageMapper::chunk_span(Page& page, PhysicalChunk& chunk, std::size_t slot,
@@ -476,6 +485,18 @@ bool PageMapper::release_vacated(PhysicalPage& phys) {
 
 bool PageMapper::wait_until_settled(StreamPool& pool, std::uint64_t epoch) {
   if (pool.settled_epoch >= epoch) return true;
+  std::uint64_t reached = 0;
+  switch (checkpoints_.settle(pool.stream, epoch, &reached)) {
+    case StreamCheckpoints::Outcome::waited:
+      ledger_.page_wait();
+      [[fallthrough]];
+    case StreamCheckpoints::Outcome::done:
+      settle_stream(pool.stream, reached);
+      return true;
+    case StreamCheckpoints::Outcome::none:
+    case StreamCheckpoints::Outcome::failed:
+      break;  // the slow safe way
+  }
   const std::uint64_t now = physical_.epoch();
   ledger_.page_wait();
   bool whole_device = false;
@@ -486,6 +507,12 @@ bool PageMapper::wait_until_settled(StreamPool& pool, std::uint64_t epoch) {
   }
   pools_.for_each([&](StreamPool& p) { p.settled_epoch = now; });
   return true;
+}
+
+void PageMapper::settle_stream(StreamHandle stream, std::uint64_t epoch) {
+  pools_.for_each([&](StreamPool& p) {
+    if (p.stream == stream) p.settled_epoch = std::max(p.settled_epoch, epoch);
+  });
 }
 
 Error PageMapper::acquire_device_chunk(std::size_t count, PhysicalChunk** out) {
@@ -577,6 +604,7 @@ bool PageMapper::release_cached() {
   physical_.unpark_all();
   const std::uint64_t now = physical_.epoch();
   pools_.for_each([&](StreamPool& pool) { pool.settled_epoch = now; });
+  checkpoints_.clear();  // all completed
   staging_.release_strays();
   pools_.for_each([&](StreamPool& pool) {
     for (Segment* seg : pool.segments) {

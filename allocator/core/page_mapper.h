@@ -26,7 +26,10 @@
 //     event recorded on the last one (StreamSync::order_after).
 //   - cuMemUnmap does not wait for work that still uses the range. A page's mapping is removed
 //     only after the host has waited for the work queued on the page's stream up to the time
-//     the page lost its last user (or for the device, in empty_cache).
+//     the page lost its last user (or for the device, in empty_cache). When a physical page
+//     gains a mapping while still mapped at pages without users, a checkpoint is recorded on
+//     those pages' streams (stream_checkpoints.h): their later unmaps wait for it, not for
+//     everything queued by then.
 // Not thread-safe: the device allocator's lock guards it.
 #pragma once
 
@@ -40,6 +43,7 @@
 #include "core/physical_pages.h"
 #include "core/request.h"
 #include "core/staging.h"
+#include "core/stream_checkpoints.h"
 #include "core/stream_pool.h"
 #include "core/stream_sync.h"
 
@@ -172,11 +176,16 @@ class PageMapper {
   // memory (the caller has waited): forget every reference to it.
   void forget_pool(const StreamPool& pool) {
     if (wide_pool_ == &pool) wide_pool_ = nullptr;
+    checkpoints_.forget(pool.stream);  // (another pool of the stream just waits longer)
     for (PhysicalPage* p : physical_.all()) {
       if (p->last_pool == &pool) p->last_pool = nullptr;
     }
   }
-  void forget_pools() { wide_pool_ = nullptr; }
+  void forget_pools() {
+    wide_pool_ = nullptr;
+    checkpoints_.clear();
+  }
+  const StreamCheckpoints& checkpoints() const { return checkpoints_; }
 
   // Blocks over fewer pages than this drop their pages one by one (a run costs a map node).
   static constexpr std::size_t kParkPages = 4;
@@ -254,12 +263,14 @@ class PageMapper {
     adopt(page, *phys);
     return true;
   }
-  // `page` takes `phys` as its own; another stream's last use of it is ordered first.
+  // `page` takes `phys` as its own; another stream's last use of it is ordered first, and the
+  // pages it stays mapped at get a checkpoint (their unmaps come later).
   void adopt(Page& page, PhysicalPage& phys) {
     StreamPool* pool = page.segment->pool;
     if (phys.last_pool != nullptr && phys.last_pool != pool) order_reuse(*phys.last_pool, *pool);
     physical_.set_owner(phys, &page);
     phys.last_pool = pool;
+    if (phys.mappings.size() > 1) cover_other_mappings(phys, page);
   }
   void order_reuse(const StreamPool& last, const StreamPool& next);
   // Gives `page` a physical page it owns, mapped there; access is granted by the caller
@@ -267,7 +278,17 @@ class PageMapper {
   Error claim(Page& page, const Request& request);
   // Gives `page`, mapped to an idle host page, device memory instead (not while spilling).
   Error replace_host_page(Page& page, const Request& request, PhysicalPage** out);
+  // The host waits until no queued work of the pool's stream uses its pages that became idle
+  // at or before `epoch`: for a checkpoint that covers them, else for the stream's work
+  // queued so far (or the device's, when the stream's event fails). False when every way
+  // failed.
   bool wait_until_settled(StreamPool& pool, std::uint64_t epoch);
+  // Every pool of `stream` is settled up to `epoch`.
+  void settle_stream(StreamHandle stream, std::uint64_t epoch);
+  // `phys` was just mapped at `page` or became its own: its other mappings (pages without
+  // users, which will have to be unmapped before they are used again) get a checkpoint on
+  // their streams.
+  void cover_other_mappings(const PhysicalPage& phys, const Page& page);
   // Undoes the pages [first, end) of a failed use(): their users drop, and the physical pages
   // created since `created` (mapped only there, by this call) are unmapped and released.
   void undo_use(Segment& seg, std::size_t first, std::size_t end, std::size_t created);
@@ -282,6 +303,7 @@ class PageMapper {
   Staging& staging_;
   Ledger& ledger_;
   StreamPools& pools_;
+  StreamCheckpoints checkpoints_{sync_};
   const StreamPool* wide_pool_ = nullptr;  // the pool whose ranges are device-sized
 };
 

@@ -178,6 +178,94 @@ TEST_CASE("page mapper: unmapping an idle page waits for its stream",
   CHECK(p.physical.device_idle() == 3);  // the physical pages stay, mapped nowhere
 }
 
+TEST_CASE("page mapper: a page that lost its memory is unmapped after a checkpoint, not "
+          "after later work", "[component][page_mapper][stream_checkpoints]") {
+  // Two pages of memory. Pages 0 and 2 are used and freed; page 1 then takes one of their
+  // physical pages, which stays mapped where it was too: a checkpoint is recorded on the
+  // stream. When the page that lost it is used again its mapping goes after the work queued
+  // before the checkpoint, while the work queued after it stays queued.
+  PagedParts p(with_limit(4 * MiB), manual_device());
+  Segment& seg = p.segment(kSide);
+  REQUIRE(p.mapper.use(seg, p.at(seg, 0), p.page, Request{}) == Error::ok);
+  REQUIRE(p.mapper.use(seg, p.at(seg, 2), p.page, Request{}) == Error::ok);
+  p.fake.enqueue_work(0, kSide);  // their last use
+  EventHandle after_last_use = 0;
+  REQUIRE(p.fake.event_create(0, &after_last_use) == Status::ok);
+  REQUIRE(p.fake.event_record(0, after_last_use, kSide) == Status::ok);
+  p.mapper.unuse(seg, p.at(seg, 0), p.page);
+  p.mapper.unuse(seg, p.at(seg, 2), p.page);
+  REQUIRE(p.mapper.use(seg, p.at(seg, 1), p.page, Request{}) == Error::ok);
+  CHECK(p.mapper.checkpoints().count(kSide) == 1);
+  Page& lost = seg.pages[0].phys == seg.pages[1].phys ? seg.pages[0] : seg.pages[2];
+  REQUIRE(lost.phys == seg.pages[1].phys);
+  p.fake.enqueue_work(0, kSide);  // page 1's kernel, queued after the checkpoint
+  REQUIRE(p.mapper.use(seg, p.at(seg, static_cast<std::size_t>(&lost - seg.pages.data())),
+                       p.page, Request{}) == Error::ok);
+  CHECK(lost.phys != seg.pages[1].phys);
+  CHECK(p.fake.event_query(after_last_use) == Status::ok);  // the old mapping's work is done
+  CHECK_FALSE(p.fake.stream_idle(0, kSide));  // page 1's kernel was not waited for
+  CHECK(p.ledger.stats().page_waits.current == 1);
+  CHECK(p.fake.calls(CallKind::synchronize) == 0);
+  // That checkpoint completed and went; the page whose memory the reused address took now
+  // got one of its own.
+  CHECK(p.mapper.checkpoints().count(kSide) == 1);
+}
+
+TEST_CASE("page mapper: an address that takes its memory back in place checkpoints the one it "
+          "leaves", "[component][page_mapper][stream_checkpoints]") {
+  // One physical page mapped at two addresses, used in turn without a map call: each time one
+  // takes it back, the other, left mapped without users, gets a checkpoint for its unmap.
+  PagedParts p(with_limit(4 * MiB), manual_device());
+  Segment& seg = p.segment(kSide);
+  auto use = [&](std::size_t i) {
+    REQUIRE(p.mapper.use(seg, p.at(seg, i), p.page, Request{}) == Error::ok);
+  };
+  auto unuse = [&](std::size_t i) { p.mapper.unuse(seg, p.at(seg, i), p.page); };
+  use(0);
+  use(2);
+  p.fake.enqueue_work(0, kSide);
+  unuse(0);
+  unuse(2);
+  use(1);  // takes page 0's or page 2's memory
+  const std::size_t old = seg.pages[0].phys == seg.pages[1].phys ? 0 : 2;
+  REQUIRE(seg.pages[old].phys == seg.pages[1].phys);
+  unuse(1);
+  const auto maps = p.maps();
+  use(old);  // in place: no map call
+  CHECK(p.maps() == maps);
+  CHECK(p.mapper.checkpoints().count(kSide) == 2);  // page 1 got one
+  EventHandle before_checkpoint = 0;
+  REQUIRE(p.fake.event_create(0, &before_checkpoint) == Status::ok);
+  REQUIRE(p.fake.event_record(0, before_checkpoint, kSide) == Status::ok);
+  p.fake.enqueue_work(0, kSide);  // page `old`'s kernel
+  use(1);  // its memory serves `old` now: unmapped after page 1's checkpoint
+  CHECK(p.ledger.stats().page_waits.current == 1);
+  CHECK(p.fake.event_query(before_checkpoint) == Status::ok);
+  CHECK_FALSE(p.fake.stream_idle(0, kSide));
+  CHECK(seg.pages[1].phys != seg.pages[old].phys);
+}
+
+TEST_CASE("page mapper: a failed checkpoint wait falls back to the stream wait",
+          "[component][page_mapper][stream_checkpoints]") {
+  PagedParts p(with_limit(2 * MiB), manual_device());
+  Segment& seg = p.segment(kSide);
+  REQUIRE(p.mapper.use(seg, p.at(seg, 0), p.page, Request{}) == Error::ok);
+  p.fake.enqueue_work(0, kSide);
+  p.mapper.unuse(seg, p.at(seg, 0), p.page);
+  REQUIRE(p.mapper.use(seg, p.at(seg, 1), p.page, Request{}) == Error::ok);  // takes page 0's
+  REQUIRE(p.mapper.checkpoints().count(kSide) == 1);
+  p.fake.enqueue_work(0, kSide);
+  p.mapper.unuse(seg, p.at(seg, 1), p.page);
+  p.fake.fail_call(CallKind::event_synchronize, 1, Status::device_error);
+  // Page 0 is unmapped (its memory serves page 1's address now) once a wait succeeded: the
+  // checkpoint's failed, the stream's (an event recorded now) did.
+  REQUIRE(p.mapper.unmap(seg.pages[0]) == Error::ok);
+  CHECK(seg.pages[0].phys == nullptr);
+  CHECK(p.fake.stream_idle(0, kSide));
+  CHECK(p.fake.calls(CallKind::event_synchronize) == 2);
+  CHECK(p.fake.calls(CallKind::synchronize) == 0);
+}
+
 TEST_CASE("page mapper: an unmap whose wait fails keeps the mapping",
           "[component][page_mapper]") {
   PagedParts p({}, manual_device());

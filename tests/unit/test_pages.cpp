@@ -248,14 +248,20 @@ TEST_CASE("a page whose physical page serves elsewhere is remapped after its str
   h.fake.set_manual_streams(true);
   void* a = h.get(2 * MiB, S);   // page 0
   void* gap = h.get(2 * MiB, S); // page 1
+  h.fake.enqueue_work(0, S);     // a kernel using `a`
+  device::EventHandle after_a = 0;
+  REQUIRE(h.fake.event_create(0, &after_a) == device::Status::ok);
+  REQUIRE(h.fake.event_record(0, after_a, S) == device::Status::ok);
   h.put(a);                      // page 0 idle
-  void* b = h.get(4 * MiB, S);   // pages 2-3: one takes page 0's physical page
-  h.fake.enqueue_work(0, S);     // a kernel still using `b`... and maybe page 0's old range
+  void* b = h.get(4 * MiB, S);   // pages 2-3: one takes page 0's physical page (a checkpoint)
+  h.fake.enqueue_work(0, S);     // a kernel using `b`
   void* again = h.get(2 * MiB, S);  // page 0 again: its physical page now serves page 2 or 3
   CHECK(again == a);
   CHECK(h.stats().page_unmaps.total == 1);
   CHECK(h.stats().page_waits.total == 1);
-  CHECK(h.fake.stream_idle(0, S));  // the host waited for S before unmapping
+  // The host waited for `a`'s kernel before unmapping, and not for `b`'s, queued later.
+  CHECK(h.fake.event_query(after_a) == device::Status::ok);
+  CHECK_FALSE(h.fake.stream_idle(0, S));
   h.put(again);
   h.put(b);
   h.put(gap);
