@@ -5,14 +5,15 @@
 #   scripts/gpu_build.sh DEPS_ROOT [BUILD_DIR]   (BUILD_DIR default build-gpu)
 #
 # DEPS_ROOT holds the headers of spdlog, fmt, nlohmann-json and zlib unpacked from Debian's
-# packages on the development machine (scripts/gpu_deps.sh makes it). Release build, no unit
-# tests: the libraries, the adapter, cudalloc-bench and page-move-bench.
+# packages on the development machine (scripts/gpu_deps.sh makes it). Release build (or
+# $CUDALLOC_BUILD_TYPE, e.g. RelWithDebInfo for a debugger's backtrace), no unit tests: the
+# libraries, the adapter, cudalloc-bench and page-move-bench.
 set -euo pipefail
 deps=$(cd "${1:?deps root}" && pwd)
 build=${2:-build-gpu}
 torch_dir=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')
 zlib=$(ls /usr/lib/x86_64-linux-gnu/libz.so.1 /lib/x86_64-linux-gnu/libz.so.1 2>/dev/null | head -n 1)
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCUDALLOC_BUILD_TESTS=OFF \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE="${CUDALLOC_BUILD_TYPE:-Release}" -DCUDALLOC_BUILD_TESTS=OFF \
   -DCMAKE_PREFIX_PATH="$deps/usr" -DSPDLOG_INCLUDE_DIR="$deps/usr/include" \
   -DFMT_INCLUDE_DIR="$deps/usr/include" -DZLIB_INCLUDE_DIR="$deps/usr/include" \
   -DZLIB_LIBRARY="$zlib" -DCUDALLOC_TORCH_DIR="$torch_dir" >/dev/null
