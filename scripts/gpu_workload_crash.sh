@@ -18,7 +18,7 @@ shift 2
 out=${OUT:-$PWD/gpu-crash-out}
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 child=(python3 tools/bench/torch_workloads.py --child cudalloc --workloads "$workload" --steps 6)
 run_child() {  # LIBRARY LABEL: one child, its exit status and the end of its stderr
   CUDALLOC_LIBRARY=$1 CUDALLOC_LOG=debug PYTHONFAULTHANDLER=1 timeout 300 "${child[@]}" \
