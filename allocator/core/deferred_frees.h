@@ -91,9 +91,12 @@ class DeferredFrees {
   // A free in device order: waits for the next fence (with all streams seen and none but
   // the default ones, completes at once and owes one event on the legacy stream).
   void free_in_device_order(const LiveEntry& entry);
-  // Before an allocation may hand out memory freed in device order with only default
-  // streams: the owed event on the legacy default stream (nothing when none is owed; inline,
-  // as it is on every allocation).
+  // Before an allocation, a move, a promotion, a pause or a resume may take memory freed in
+  // device order with only default streams: the owed event on the legacy default stream
+  // (nothing when none is owed; inline, as it is on every allocation). Until it is paid,
+  // work queued since such a free on a stream that did not use the memory is not ordered
+  // after its last users, so nothing recorded then (a page checkpoint included) may stand
+  // for their completion.
   void order_before_reuse() {
     if (legacy_event_owed_) record_owed_event();
   }

@@ -445,6 +445,7 @@ Error DeviceAllocator::move(void* ptr, Location to, StreamHandle stream) {
   return metadata_guard(to == Location::host ? "offload" : "prefetch", ordinal_, [&] {
     std::lock_guard lock(lock_);
     settle_fast_frees();
+    deferred_.order_before_reuse();  // a move may take memory freed in device order
     AllocationSpan span;
     if (const Error err = span_of(ptr, &span); err != Error::ok) return err;
     if (span.segment->paused) {
@@ -469,6 +470,7 @@ Error DeviceAllocator::promote() {
   return metadata_guard("promote", ordinal_, [&] {
     std::lock_guard lock(lock_);
     settle_fast_frees();
+    deferred_.order_before_reuse();  // promotion takes idle device pages
     return paged() ? migrator_.promote() : Error::ok;
   });
 }

@@ -252,6 +252,7 @@ Error DeviceAllocator::pause_region(RegionId id, bool keep, bool streams_known) 
     std::lock_guard lock(lock_);
     const CallProfile profile(device_);
     settle_fast_frees();  // their pages are idle memory that resume may reuse
+    deferred_.order_before_reuse();  // as may memory freed in device order
     if (!regions_.known(id)) return Error::ok;
     const std::string tag = RegionTags::name(id);
     Regions::Region& region = regions_.get(id);
@@ -292,6 +293,7 @@ Error DeviceAllocator::resume_region(RegionId id) {
     std::lock_guard lock(lock_);
     const CallProfile profile(device_);
     settle_fast_frees();  // their pages are idle memory that resume may reuse
+    deferred_.order_before_reuse();  // as may memory freed in device order
     if (!regions_.known(id) || !regions_.paused(id)) return Error::ok;
     Regions::Region& region = regions_.get(id);
     const std::vector<Segment*> segments = region_segments(id);

@@ -16,10 +16,10 @@ void StreamCheckpoints::cover(StreamHandle stream, std::uint64_t since, std::uin
     std::deque<Checkpoint>& list = it->second;
     Checkpoint cp{now, {}};
     if (!sync_.record(stream, &cp.event)) return;
-    if (list.size() == kPerStream) list.pop_front();
     list.push_back(std::move(cp));
+    if (list.size() > kPerStream) list.pop_front();
   } catch (const std::bad_alloc&) {
-    // Without room for the record the later wait takes the slow path; nothing changed here
+    // Without room for the record the later wait takes the slow path; the list is as before
     // (an event taken is returned by its destructor).
   }
 }

@@ -15,6 +15,11 @@
 //     queued on `stream` before the record (a page becomes idle when its block is freed, after
 //     the work using it was queued; uses on other streams are ordered by DeferredFrees before
 //     the free completes), so once the event has completed no queued work uses such a page.
+//     One free completes before its other streams' work is ordered: a free in device order
+//     with only default streams, which owes one event on the legacy stream. Every entry point
+//     that can reach cover() pays that event first (DeferredFrees::order_before_reuse in
+//     allocate, move, promote, pause_region and resume_region), so a checkpoint recorded
+//     after it on a default stream is ordered after that work too.
 //   - Events of one stream complete in the order they were recorded: once one has completed,
 //     every earlier checkpoint of that stream has too, and all of them are forgotten.
 //   - Epochs only grow, so a checkpoint of a destroyed stream whose handle is reused never

@@ -207,6 +207,30 @@ TEST_CASE("all streams seen: memory freed while one thread's per-thread default 
   h.check();
 }
 
+TEST_CASE("all streams seen: a move is ordered after the work of memory freed in device order",
+          "[device_order][per_thread]") {
+  // A free in device order with only default streams completes at once and owes one event on
+  // the legacy stream. A move (here an offload) may take that memory, and records page
+  // checkpoints on its stream: both must come after the owed event, which runs after every
+  // blocking stream's earlier work, thread A's kernel included.
+  Harness h(all_streams_seen());
+  h.fake.set_manual_streams(true);
+  constexpr StreamHandle kThreadA = 0x2a, kThreadB = 0x2b;
+  h.fake.set_blocking(0, kThreadA);
+  h.fake.set_blocking(0, kThreadB);
+  void* moved = h.get(8 * MiB, kThreadB);
+  void* p = h.get(8 * MiB);
+  h.fake.enqueue_work(0, kThreadA);  // thread A's kernel still reads p
+  REQUIRE(h.alloc->deallocate(p, Order::device) == Error::ok);
+  REQUIRE(h.alloc->offload(moved, kThreadB) == Error::ok);
+  // Running thread B's stream (the move's copies) first runs the owed event, and so A's work.
+  h.fake.complete_work(0, kThreadB);
+  CHECK(h.fake.stream_idle(0, kThreadA));
+  h.fake.complete_all();
+  h.check();
+  h.put(moved);
+}
+
 TEST_CASE("all streams seen: device-ordered frees are reused behind a fence that orders every "
           "stream", "[device_order]") {
   Harness h(all_streams_seen());

@@ -226,22 +226,23 @@ TEST_CASE("page mapper: an address that takes its memory back in place checkpoin
   p.fake.enqueue_work(0, kSide);
   unuse(0);
   unuse(2);
-  use(1);  // takes page 0's or page 2's memory
+  use(1);  // takes page 0's or page 2's memory (a checkpoint for the page it leaves)
   const std::size_t old = seg.pages[0].phys == seg.pages[1].phys ? 0 : 2;
   REQUIRE(seg.pages[old].phys == seg.pages[1].phys);
+  p.fake.enqueue_work(0, kSide);  // page 1's kernel: queued after that first checkpoint
+  EventHandle after_page1_kernel = 0;
+  REQUIRE(p.fake.event_create(0, &after_page1_kernel) == Status::ok);
+  REQUIRE(p.fake.event_record(0, after_page1_kernel, kSide) == Status::ok);
   unuse(1);
   const auto maps = p.maps();
   use(old);  // in place: no map call
   CHECK(p.maps() == maps);
   CHECK(p.mapper.checkpoints().count(kSide) == 2);  // page 1 got one
-  EventHandle before_checkpoint = 0;
-  REQUIRE(p.fake.event_create(0, &before_checkpoint) == Status::ok);
-  REQUIRE(p.fake.event_record(0, before_checkpoint, kSide) == Status::ok);
   p.fake.enqueue_work(0, kSide);  // page `old`'s kernel
-  use(1);  // its memory serves `old` now: unmapped after page 1's checkpoint
+  use(1);  // its memory serves `old` now: unmapped after page 1's checkpoint, not the first
   CHECK(p.ledger.stats().page_waits.current == 1);
-  CHECK(p.fake.event_query(before_checkpoint) == Status::ok);
-  CHECK_FALSE(p.fake.stream_idle(0, kSide));
+  CHECK(p.fake.event_query(after_page1_kernel) == Status::ok);  // page 1's kernel is done
+  CHECK_FALSE(p.fake.stream_idle(0, kSide));  // `old`'s is not waited for
   CHECK(seg.pages[1].phys != seg.pages[old].phys);
 }
 
