@@ -366,6 +366,7 @@ void DeviceAllocator::unregister_stream(StreamHandle stream) {
     std::lock_guard lock(lock_);
     settle_fast_frees();
     deferred_.unregister_stream(stream);
+    mapper_.forget_stream(stream);
     const auto it = std::find(created_streams_.begin(), created_streams_.end(), stream);
     if (it == created_streams_.end()) return;  // not one the program created
     created_streams_.erase(it);

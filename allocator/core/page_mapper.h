@@ -181,6 +181,10 @@ class PageMapper {
       if (p->last_pool == &pool) p->last_pool = nullptr;
     }
   }
+  // The program destroys `stream`: its checkpoints go, so that a stream created later with
+  // the same handle is never taken as having run them (unmaps of the old stream's pages then
+  // wait the slow way, which falls back to a device synchronization).
+  void forget_stream(StreamHandle stream) { checkpoints_.forget(stream); }
   void forget_pools() {
     wide_pool_ = nullptr;
     checkpoints_.clear();

@@ -267,6 +267,21 @@ TEST_CASE("page mapper: a failed checkpoint wait falls back to the stream wait",
   CHECK(p.fake.calls(CallKind::synchronize) == 0);
 }
 
+TEST_CASE("page mapper: a destroyed stream's checkpoints are forgotten",
+          "[component][page_mapper][stream_checkpoints]") {
+  PagedParts p(with_limit(2 * MiB), manual_device());
+  Segment& seg = p.segment(kSide);
+  REQUIRE(p.mapper.use(seg, p.at(seg, 0), p.page, Request{}) == Error::ok);
+  p.fake.enqueue_work(0, kSide);
+  p.mapper.unuse(seg, p.at(seg, 0), p.page);
+  REQUIRE(p.mapper.use(seg, p.at(seg, 1), p.page, Request{}) == Error::ok);
+  REQUIRE(p.mapper.checkpoints().count(kSide) == 1);
+  const std::size_t idle_events = p.sync.idle_events();
+  p.mapper.forget_stream(kSide);
+  CHECK(p.mapper.checkpoints().count(kSide) == 0);
+  CHECK(p.sync.idle_events() == idle_events + 1);  // its event went back to the pool
+}
+
 TEST_CASE("page mapper: an unmap whose wait fails keeps the mapping",
           "[component][page_mapper]") {
   PagedParts p({}, manual_device());
