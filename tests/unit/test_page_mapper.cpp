@@ -246,15 +246,26 @@ TEST_CASE("page mapper: an address that takes its memory back in place checkpoin
   CHECK(seg.pages[1].phys != seg.pages[old].phys);
 }
 
-TEST_CASE("page mapper: a failed checkpoint wait falls back to the stream wait",
-          "[component][page_mapper][stream_checkpoints]") {
-  PagedParts p(with_limit(2 * MiB), manual_device());
+namespace {
+
+// One page of memory: page 0 is used while a kernel runs, freed, and its memory taken by
+// page 1, which records a checkpoint for page 0 on kSide. Returns the segment.
+Segment& lose_memory_once(PagedParts& p) {
   Segment& seg = p.segment(kSide);
   REQUIRE(p.mapper.use(seg, p.at(seg, 0), p.page, Request{}) == Error::ok);
   p.fake.enqueue_work(0, kSide);
   p.mapper.unuse(seg, p.at(seg, 0), p.page);
   REQUIRE(p.mapper.use(seg, p.at(seg, 1), p.page, Request{}) == Error::ok);  // takes page 0's
   REQUIRE(p.mapper.checkpoints().count(kSide) == 1);
+  return seg;
+}
+
+}  // namespace
+
+TEST_CASE("page mapper: a failed checkpoint wait falls back to the stream wait",
+          "[component][page_mapper][stream_checkpoints]") {
+  PagedParts p(with_limit(2 * MiB), manual_device());
+  Segment& seg = lose_memory_once(p);
   p.fake.enqueue_work(0, kSide);
   p.mapper.unuse(seg, p.at(seg, 1), p.page);
   p.fake.fail_call(CallKind::event_synchronize, 1, Status::device_error);
@@ -270,12 +281,7 @@ TEST_CASE("page mapper: a failed checkpoint wait falls back to the stream wait",
 TEST_CASE("page mapper: a destroyed stream's checkpoints are forgotten",
           "[component][page_mapper][stream_checkpoints]") {
   PagedParts p(with_limit(2 * MiB), manual_device());
-  Segment& seg = p.segment(kSide);
-  REQUIRE(p.mapper.use(seg, p.at(seg, 0), p.page, Request{}) == Error::ok);
-  p.fake.enqueue_work(0, kSide);
-  p.mapper.unuse(seg, p.at(seg, 0), p.page);
-  REQUIRE(p.mapper.use(seg, p.at(seg, 1), p.page, Request{}) == Error::ok);
-  REQUIRE(p.mapper.checkpoints().count(kSide) == 1);
+  lose_memory_once(p);
   const std::size_t idle_events = p.sync.idle_events();
   p.mapper.forget_stream(kSide);
   CHECK(p.mapper.checkpoints().count(kSide) == 0);
