@@ -7,9 +7,10 @@
 # CUDALLOC_BUILD_TYPE=RelWithDebInfo) and runs WORKLOAD's cudalloc child of
 # tools/bench/torch_workloads.py (6 steps) under gdb, printing every thread's backtrace when it
 # stops, or, without gdb, with Python's fault handler and CUDALLOC_LOG=debug (the last lines).
-# Each TREE (another revision's sources, exported beside this one with `git archive REV
-# --prefix=DIR/ | tar -x`, since the GPU machine gets no .git) is built in Release and its
-# child run once, so that one call both locates the crash and says which revisions have it.
+# Then each TREE (another revision's sources, exported beside this one with `git archive REV
+# --prefix=DIR/ | tar -x`, since the GPU machine gets no .git) is built in Release (with this tree's gpu_build.sh) and its
+# child run once, so that one call both locates the crash and says which revisions have it; the
+# backtrace comes first, so a call cut short by its time limit still returns it.
 # Output goes to $OUT (default ./gpu-crash-out).
 set -u
 deps=$(cd "${1:?deps root}" && pwd)
@@ -28,15 +29,9 @@ run_child() {  # LIBRARY LABEL: one child, its exit status and the end of its st
 }
 CUDALLOC_BUILD_TYPE=RelWithDebInfo bash scripts/gpu_build.sh "$deps" build-dbg \
   > "$out/build-dbg.txt" 2>&1 || { tail -n 40 "$out/build-dbg.txt"; exit 1; }
-for tree in "$@"; do
-  label=$(basename "$tree")
-  (cd "$tree" && bash scripts/gpu_build.sh "$deps" build-gpu) > "$out/build-$label.txt" 2>&1 \
-    || { echo "== $label: build failed"; tail -n 20 "$out/build-$label.txt"; continue; }
-  run_child "$(cd "$tree" && pwd)/build-gpu/libcudalloc.so" "$label"
-done
 if command -v gdb > /dev/null; then
   echo "== this tree under gdb"
-  CUDALLOC_LIBRARY=$root/build-dbg/libcudalloc.so timeout 400 gdb -q -batch \
+  CUDALLOC_LIBRARY=$root/build-dbg/libcudalloc.so timeout 300 gdb -q -batch \
     -ex "set pagination off" -ex run -ex "thread apply all bt 25" --args "${child[@]}" \
     > "$out/gdb.txt" 2>&1
   grep -v "^\[New Thread\|^\[Thread .* exited\|^\[Detaching" "$out/gdb.txt" | tail -n 150
@@ -44,3 +39,9 @@ else
   echo "== no gdb here: the fault handler's report instead"
   run_child "$root/build-dbg/libcudalloc.so" this-tree
 fi
+for tree in "$@"; do
+  label=$(basename "$tree")
+  (cd "$tree" && bash "$root/scripts/gpu_build.sh" "$deps" build-gpu) > "$out/build-$label.txt" 2>&1 \
+    || { echo "== $label: build failed"; tail -n 20 "$out/build-$label.txt"; continue; }
+  run_child "$(cd "$tree" && pwd)/build-gpu/libcudalloc.so" "$label"
+done
