@@ -394,6 +394,12 @@ class OpFuzzer {
     note("memory_info dev %d -> %s free %zu total %zu", d, error_name(e), free_bytes, total);
     expect(e == Error::ok, "memory_info failed: " + name(e));
     expect(free_bytes <= total, "memory_info: more free than total");
+    // PyTorch's cacheInfo (cuDNN sizes its workspace with it) reads the largest cached block;
+    // it settles kept frees first, so the state after it is validated like any other step's.
+    const std::size_t largest = use(d).largest_free_block();
+    const auto reserved = static_cast<std::size_t>(use(d).stats().reserved_bytes.current);
+    note("largest_free_block dev %d -> %zu (reserved %zu)", d, largest, reserved);
+    expect(largest <= reserved, "largest_free_block: larger than what is reserved");
   }
 
   void reset() {
