@@ -3,14 +3,16 @@
 #
 #   scripts/gpu_workload_crash.sh DEPS_ROOT WORKLOAD [TREE...]
 #
-# Builds this tree with debug information (build-dbg; scripts/gpu_build.sh with
-# CUDALLOC_BUILD_TYPE=RelWithDebInfo) and runs WORKLOAD's cudalloc child of
-# tools/bench/torch_workloads.py (6 steps) under gdb, printing every thread's backtrace when it
-# stops, or, without gdb, with Python's fault handler and CUDALLOC_LOG=debug (the last lines).
-# Then each TREE (another revision's sources, exported beside this one with `git archive REV
-# --prefix=DIR/ | tar -x`, since the GPU machine gets no .git) is built in Release (with this tree's gpu_build.sh) and its
-# child run once, so that one call both locates the crash and says which revisions have it; the
-# backtrace comes first, so a call cut short by its time limit still returns it.
+# Builds this tree in Release with debug information (build-dbg; scripts/gpu_build.sh with
+# CXXFLAGS=-g: g++ 13 at RelWithDebInfo's -O2 stops on false -Warray-bounds) and runs
+# WORKLOAD's cudalloc child of tools/bench/torch_workloads.py (6 steps) under gdb, printing
+# every thread's backtrace when it stops, or, without gdb, with scripts/segv_backtrace.c
+# preloaded (native frames at the fault); then once through the pluggable path
+# (CUDALLOC_TORCH_ADAPTER=0), which does not use the adapter. Then each TREE (another
+# revision's sources, exported beside this one with `git archive REV --prefix=DIR/ | tar -x`,
+# since the GPU machine gets no .git) is built in Release (with this tree's gpu_build.sh) and
+# its child run once, so that one call both locates the crash and says which revisions have
+# it; the backtrace comes first, so a call cut short by its time limit still returns it.
 # Output goes to $OUT (default ./gpu-crash-out).
 set -u
 deps=$(cd "${1:?deps root}" && pwd)
@@ -27,7 +29,7 @@ run_child() {  # LIBRARY LABEL: one child, its exit status and the end of its st
   echo "== $2: exit status $?"
   tail -n 30 "$out/$2.err" | cut -c1-400
 }
-CUDALLOC_BUILD_TYPE=RelWithDebInfo bash scripts/gpu_build.sh "$deps" build-dbg \
+CXXFLAGS="-g ${CXXFLAGS:-}" bash scripts/gpu_build.sh "$deps" build-dbg \
   > "$out/build-dbg.txt" 2>&1 || { tail -n 40 "$out/build-dbg.txt"; exit 1; }
 if command -v gdb > /dev/null; then
   echo "== this tree under gdb"
@@ -36,9 +38,15 @@ if command -v gdb > /dev/null; then
     > "$out/gdb.txt" 2>&1
   grep -v "^\[New Thread\|^\[Thread .* exited\|^\[Detaching" "$out/gdb.txt" | tail -n 150
 else
-  echo "== no gdb here: the fault handler's report instead"
-  run_child "$root/build-dbg/libcudalloc.so" this-tree
+  echo "== no gdb here: native frames from scripts/segv_backtrace.c instead"
+  gcc -shared -fPIC -O1 -o "$out/segv_backtrace.so" scripts/segv_backtrace.c
+  CUDALLOC_LIBRARY=$root/build-dbg/libcudalloc.so LD_PRELOAD=$out/segv_backtrace.so \
+    CUDALLOC_LOG=debug timeout 300 "${child[@]}" > "$out/this-tree.out" 2> "$out/this-tree.err"
+  echo "== this-tree: exit status $?"
+  grep -v "^\[cudalloc" "$out/this-tree.err" | tail -n 70 | cut -c1-300
 fi
+echo "== this tree, the pluggable path (CUDALLOC_TORCH_ADAPTER=0)"
+CUDALLOC_TORCH_ADAPTER=0 run_child "$root/build-dbg/libcudalloc.so" this-tree-pluggable
 for tree in "$@"; do
   label=$(basename "$tree")
   (cd "$tree" && bash "$root/scripts/gpu_build.sh" "$deps" build-gpu) > "$out/build-$label.txt" 2>&1 \
