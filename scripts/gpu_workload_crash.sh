@@ -13,6 +13,8 @@
 # since the GPU machine gets no .git) is built in Release (with this tree's gpu_build.sh) and
 # its child run once, so that one call both locates the crash and says which revisions have
 # it; the backtrace comes first, so a call cut short by its time limit still returns it.
+# With CARRIED_LIBRARY=PATH (a libcudalloc.so built on the development machine and carried),
+# the child also runs with that library under this tree's adapter.
 # Output goes to $OUT (default ./gpu-crash-out).
 set -u
 deps=$(cd "${1:?deps root}" && pwd)
@@ -47,6 +49,13 @@ else
 fi
 echo "== this tree, the pluggable path (CUDALLOC_TORCH_ADAPTER=0)"
 CUDALLOC_TORCH_ADAPTER=0 run_child "$root/build-dbg/libcudalloc.so" this-tree-pluggable
+if [ -n "${CARRIED_LIBRARY:-}" ]; then
+  # A libcudalloc.so built on the development machine (g++ 12) and carried, under the adapter
+  # built here: tells a fault of this machine's compiler from one of the sources.
+  echo "== carried library $CARRIED_LIBRARY under this tree's adapter"
+  CUDALLOC_TORCH_ADAPTER=$root/build-dbg/libcudalloc_torch.so \
+    run_child "$(cd "$(dirname "$CARRIED_LIBRARY")" && pwd)/$(basename "$CARRIED_LIBRARY")" carried
+fi
 for tree in "$@"; do
   label=$(basename "$tree")
   (cd "$tree" && bash "$root/scripts/gpu_build.sh" "$deps" build-gpu) > "$out/build-$label.txt" 2>&1 \
