@@ -29,7 +29,7 @@ run_child() {  # LIBRARY LABEL: one child, its exit status and the end of its st
   CUDALLOC_LIBRARY=$1 CUDALLOC_LOG=debug PYTHONFAULTHANDLER=1 timeout 300 "${child[@]}" \
     > "$out/$2.out" 2> "$out/$2.err"
   echo "== $2: exit status $?"
-  tail -n 30 "$out/$2.err" | cut -c1-400
+  tail -n 80 "$out/$2.err" | cut -c1-400  # Python's frames, then native ones if preloaded
 }
 CXXFLAGS="-g ${CXXFLAGS:-}" bash scripts/gpu_build.sh "$deps" build-dbg \
   > "$out/build-dbg.txt" 2>&1 || { tail -n 40 "$out/build-dbg.txt"; exit 1; }
@@ -42,10 +42,7 @@ if command -v gdb > /dev/null; then
 else
   echo "== no gdb here: native frames from scripts/segv_backtrace.c instead"
   gcc -shared -fPIC -O1 -o "$out/segv_backtrace.so" scripts/segv_backtrace.c
-  CUDALLOC_LIBRARY=$root/build-dbg/libcudalloc.so LD_PRELOAD=$out/segv_backtrace.so \
-    CUDALLOC_LOG=debug timeout 300 "${child[@]}" > "$out/this-tree.out" 2> "$out/this-tree.err"
-  echo "== this-tree: exit status $?"
-  grep -v "^\[cudalloc" "$out/this-tree.err" | tail -n 70 | cut -c1-300
+  LD_PRELOAD=$out/segv_backtrace.so run_child "$root/build-dbg/libcudalloc.so" this-tree
 fi
 echo "== this tree, the pluggable path (CUDALLOC_TORCH_ADAPTER=0)"
 CUDALLOC_TORCH_ADAPTER=0 run_child "$root/build-dbg/libcudalloc.so" this-tree-pluggable

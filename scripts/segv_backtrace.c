@@ -2,8 +2,10 @@
 // debugger (the GPU machine has no gdb):
 //
 //   gcc -shared -fPIC -O1 -o segv_backtrace.so scripts/segv_backtrace.c
-//   LD_PRELOAD=$PWD/segv_backtrace.so PROGRAM...     (without PYTHONFAULTHANDLER, which would
-//                                                     take the signal first)
+//   LD_PRELOAD=$PWD/segv_backtrace.so PROGRAM...
+//
+// With PYTHONFAULTHANDLER=1 Python's handler runs first (Python frames), then restores this
+// one and re-raises, so both sets of frames are printed.
 //
 // The handler runs on its own stack, writes the faulting address and the frames
 // (backtrace_symbols_fd: object, symbol+offset, address) to stderr, then restores the default
