@@ -20,3 +20,6 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE="${CUDALLOC_BUILD_TYPE:-Release}" -DCU
 cmake --build "$build" -j"$(nproc)" --target cudalloc cudalloc_preload cudalloc_torch \
   cudalloc-bench page-move-bench 2>&1 | grep -E "error|warning|Built target" || true
 ls "$build"/libcudalloc.so "$build"/libcudalloc_preload.so "$build"/libcudalloc_torch.so
+# The adapter is built only here, where no unit test runs: check its exports (a C++ standard
+# library instance exported from it crashed cuDNN's first convolution).
+bash tests/check_library_exports.sh "$build"/libcudalloc_torch.so cudalloc_torch_

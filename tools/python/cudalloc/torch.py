@@ -102,7 +102,9 @@ def adapter_path():
 
 
 def _install_adapter(torch, lib, path):
-    adapter = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    # RTLD_LOCAL: nothing loaded later should bind to the adapter's symbols (it exports only
+    # its two entry points, tools/torch_adapter/exports.map, and needs no global scope).
+    adapter = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
     version = adapter.cudalloc_torch_adapter_version()
     if version != lib.cudalloc_version():
         raise CudallocError(f"{path} was built for cudalloc C API {version}, but "
