@@ -367,12 +367,12 @@ constexpr const char* kLegend =
     "peak live: the largest sum of live allocations in the trace. peak reserved: the most\n"
     "device memory held from the driver. fragmentation = peak reserved / peak live; where\n"
     "allocations failed, / the peak live of what the policy served (the failed ones never\n"
-    "lived). device allocs: cudalloc's physical 2 MiB pages created (segments with vmm:0),\n"
-    "pytorch's segments (cudaMalloc calls), expandable's map calls (of 2 MiB small-pool or\n"
-    "20 MiB large-pool pages). ns/event: the allocator's own host time per replayed event\n"
-    "(cudalloc's without the time of the simulated driver's calls, shown apart: the GPU's\n"
-    "driver costs far more per call). Second half of the trace: the events after the middle,\n"
-    "where a repeating workload is in its steady state.\n";
+    "lived). device allocs: cudalloc's physical pages created (of page_size, 8 MiB by\n"
+    "default; segments with vmm:0), pytorch's segments (cudaMalloc calls), expandable's map\n"
+    "calls (of 2 MiB small-pool or 20 MiB large-pool pages). ns/event: the allocator's own\n"
+    "host time per replayed event (cudalloc's without the time of the simulated driver's\n"
+    "calls, shown apart: the GPU's driver costs far more per call). Second half of the trace:\n"
+    "the events after the middle, where a repeating workload is in its steady state.\n";
 
 std::string cell(const json& r, const char* group, const char* name) {
   if (!r.contains(group) || !r[group].contains(name)) return "-";
