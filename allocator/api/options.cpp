@@ -169,9 +169,10 @@ std::span<const Option> options() {
        "memory.",
        set_share<&Settings::page_slack>, get_share<&Settings::page_slack>},
       {"remap_growth", OptionType::fraction,
-       "With vmm: new memory allowed, as a fraction of reserved memory, for pages that keep "
-       "losing their physical page to others (workloads whose shapes change every step). "
-       "Higher: fewer remaps, more memory; 0: such pages reuse idle pages like any other.",
+       "With vmm: memory that may be reserved over the peak allocated, as a fraction of it, "
+       "to give new memory to pages that keep losing their physical page to others (cycles of "
+       "remaps, in fixed-shape steps and in shapes that change every step). Higher: fewer "
+       "remaps, more memory; 0: such pages reuse idle pages like any other.",
        set_share<&Settings::remap_growth>, get_share<&Settings::remap_growth>},
       {"page_size", OptionType::bytes,
        "With vmm: the unit of physical memory that is created, mapped and moved, rounded up to "

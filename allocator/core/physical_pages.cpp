@@ -20,14 +20,8 @@ Error PhysicalPages::acquire(Claim claim, const Request& request, PhysicalPage**
       !request.may_grow() || static_cast<double>(device_idle() * page_size_) > slack;
   // A page that keeps losing its physical page is part of a cycle in which more pages are in
   // use than there is memory for: each turn of the cycle costs a remap, so new memory ends it.
-  // The growth is driven by remaps seen (a workload without cycles never grows this way) and
-  // bounded by a share of reserved memory, not of the slack: workloads whose shapes change
-  // every step have many such pages, and a bound of a fraction of the slack left them
-  // remapping most of them every step.
-  const bool grow_chronic =
-      claim == Claim::chronic && settings_.remap_growth > 0 &&
-      static_cast<double>(chronic_ * page_size_) <=
-          settings_.remap_growth * static_cast<double>(ledger_.stats().reserved_bytes.current);
+  // The growth is driven by remaps seen (a workload without cycles never grows this way).
+  const bool grow_chronic = claim == Claim::chronic && chronic_may_grow();
   if (grow_chronic) prefer_idle = !request.may_grow();
   // Which idle page: a page mapped nowhere yet takes the one idle longest, whose old
   // addresses a repeating workload is least likely to want back soon after a short pause; a
@@ -39,11 +33,24 @@ Error PhysicalPages::acquire(Claim claim, const Request& request, PhysicalPage**
   };
   if (has_device_idle() && prefer_idle) return take_from_idle();
   Error err = request.may_grow() ? create(Location::device, out) : Error::out_of_memory;
-  if (err == Error::ok && grow_chronic) ++chronic_;
   if (err == Error::out_of_memory && has_device_idle()) return take_from_idle();
   // No device room while spilling: the host tier.
   if (err == Error::out_of_memory && request.tier == Tier::host_pages) err = acquire_host(out);
   return err;
+}
+
+// The bound is on what the growth costs, the memory reserved over the peak in use, not on how
+// many pages it has made: a count never falls, so the creations of a warm-up or of a phase
+// long past used it up, and the cycle of a later steady state found none left and remapped
+// at every step. Bounded this way, a repeating cycle grows until it stops remapping (its
+// peak in use is fixed, its pages are few) and a workload whose shapes change every step
+// keeps growing only while reserved memory stays within (1 + remap_growth) x its peak.
+bool PhysicalPages::chronic_may_grow() const {
+  if (settings_.remap_growth <= 0) return false;
+  const Stats& s = ledger_.stats();
+  const double after = static_cast<double>(s.reserved_bytes.current) +
+                       static_cast<double>(page_size_);
+  return after <= (1.0 + settings_.remap_growth) * static_cast<double>(s.allocated_bytes.peak);
 }
 
 PhysicalPage* PhysicalPages::take_device_idle(bool newest) {
@@ -320,7 +327,6 @@ std::size_t PhysicalPages::release_idle() {
     const std::size_t bytes = chunk->host ? 0 : chunk->count() * page_size_;
     if (chunk->mapped_nowhere() && release_chunk(chunk)) released += bytes;
   }
-  chronic_ = 0;  // the memory they were counted against is gone or idle
   return released;
 }
 
@@ -355,7 +361,6 @@ void PhysicalPages::drop_all() {
   pages_.clear();
   idle_chunks_.clear();
   chunk_idle_pages_ = 0;
-  chronic_ = 0;
   device_idle_ = IdleList{};
   host_idle_ = IdleList{};
   host_pages_ = 0;

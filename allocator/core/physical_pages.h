@@ -167,6 +167,8 @@ class PhysicalPages {
   IdleList& idle_of(const PhysicalPage& phys) { return phys.host ? host_idle_ : device_idle_; }
   // Takes the oldest (newest) idle device page, listed or parked; requires one.
   PhysicalPage* take_device_idle(bool newest);
+  // Whether a chronic claim may take new memory (acquire).
+  bool chronic_may_grow() const;
   bool has_device_idle() const { return device_idle_.head != nullptr || !parked_.empty(); }
   bool room_for(device::Location where) const;
 
@@ -185,7 +187,6 @@ class PhysicalPages {
   std::size_t chunk_idle_pages_ = 0;         // their pages
   std::size_t host_pages_ = 0;   // host-located pages among pages_
   std::uint64_t epoch_ = 0;
-  std::size_t chronic_ = 0;      // device pages created for chronic conflicts
   bool host_supported_ = true;   // false once the driver refused a host-located page
 };
 

@@ -34,12 +34,20 @@ struct Settings {
   bool vmm = true;
   // Paged mode: idle mapped pages (free, kept mapped where they are) allowed as a fraction of
   // reserved memory before a request takes an idle page from elsewhere instead of new memory.
-  double page_slack = 0.02;
-  // Paged mode: new memory allowed, as a fraction of reserved memory, for pages that keep
-  // losing their physical page to other pages (PhysicalPages::acquire, a "chronic" claim:
-  // part of a cycle in which more pages are in use than there is memory for). Each turn of
-  // such a cycle costs a remap; new memory ends it. Driven by remaps seen, so a workload
-  // without cycles never grows this way. 0: such pages take idle pages like any other.
+  // 0 by default since 2026-12-07: new memory for pages that keep losing theirs comes from
+  // remap_growth, which is bounded by what it costs; a slack kept idle pages of every workload
+  // (2-3% of reserved on the shared traces) whether or not they saved a remap.
+  double page_slack = 0.0;
+  // Paged mode: new memory for pages that keep losing their physical page to other pages
+  // (PhysicalPages::acquire, a "chronic" claim: part of a cycle in which more pages are in
+  // use than there is memory for), allowed while reserved memory stays within
+  // (1 + remap_growth) x the peak of memory allocated. Each turn of such a cycle costs a
+  // remap; new memory ends it. Driven by remaps seen, so a workload without cycles never grows
+  // this way. 0.1: the cycles of fixed-shape steps need up to about that (a generated training
+  // step with tensors of 1-64 MiB needed 10% to stop remapping, tests/unit/
+  // test_remap_policy.cpp; the shared traces 0.4-1.7%), and on the H100 llama_train_varlen
+  // ran 3% slower at 0.02 (32 remaps a step) than at 0.1 (none) (docs/benchmarks.md, "Chronic
+  // growth bounded by overhead"). 0: such pages take idle pages like any other.
   double remap_growth = 0.10;
   // Paged mode: the size of a page, the unit of physical memory that is created, mapped, lent
   // and moved; rounded up to a multiple of the driver's granularity (0: the granularity, 2 MiB

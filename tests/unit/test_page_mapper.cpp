@@ -136,12 +136,33 @@ std::vector<std::int64_t> varlen_rounds(PagedParts& p, int rounds) {
 
 TEST_CASE("page mapper: a varlen cycle settles within a bound of remaps",
           "[component][page_mapper]") {
+  // The mapper alone allocates nothing: the ledger is told of the cycle's peak, six pages,
+  // which chronic growth is bounded by.
+  auto told_peak = [](PagedParts& p) {
+    p.ledger.handed_out(1, 6 * p.page, 6 * p.page, 0);
+    p.ledger.free_requested(1, 6 * p.page, 6 * p.page, 0);
+    p.ledger.free_completed(1, 6 * p.page, 0);
+  };
   SECTION("without a cap chronic conflicts grow memory until nothing is remapped") {
-    PagedParts p;
+    Settings s;
+    s.remap_growth = 0.5;  // up to nine pages
+    PagedParts p(s);
+    told_peak(p);
     const auto maps = varlen_rounds(p, 8);
     CHECK(maps[0] == 11);  // eight addresses, three of them remapped
     for (std::size_t r = 2; r < maps.size(); ++r) CHECK(maps[r] == 0);
-    CHECK(p.reserved() == std::int64_t(7 * p.page));  // the peak of six in use, and one
+    // Eight addresses each with its own page: the growth stopped when the cycle did, inside
+    // (1 + 0.5) x six.
+    CHECK(p.reserved() == std::int64_t(8 * p.page));
+  }
+  SECTION("with no growth allowed the cycle keeps remapping") {
+    Settings s;
+    s.remap_growth = 0;
+    PagedParts p(s);
+    told_peak(p);
+    const auto maps = varlen_rounds(p, 8);
+    for (std::size_t r = 2; r < maps.size(); ++r) CHECK(maps[r] > 0);
+    CHECK(p.reserved() == std::int64_t(6 * p.page));
   }
   SECTION("with a cap at the peak in use a few pages are remapped every cycle") {
     PagedParts p(with_limit(12 * MiB));

@@ -174,72 +174,78 @@ TEST_CASE("physical pages: conflicts take the tail, fresh claims the head",
   CHECK(p.fake.calls(CallKind::create_physical) == 4);
 }
 
-TEST_CASE("physical pages: a chronic conflict grows within a tenth of reserved memory",
-          "[component][physical_pages]") {
-  // Six pages, five idle: 10 MiB idle, past the slack of 0.5 x 12 MiB.
-  PagedParts p(with_limit(0, 0.5));
+namespace {
+
+// Tells the ledger that `bytes` were allocated at once, then freed: the peak that chronic
+// growth is bounded by.
+void peak_allocated(PagedParts& p, std::size_t bytes) {
+  p.ledger.handed_out(1, bytes, bytes, 0);
+  p.ledger.free_requested(1, bytes, bytes, 0);
+  p.ledger.free_completed(1, bytes, 0);
+}
+
+// Chronic claims from a state of `pages` idle 2 MiB pages after a peak of `peak` allocated;
+// returns how many of `claims` created memory.
+std::size_t chronic_growth(double remap_growth, std::size_t pages, std::size_t peak,
+                           int claims) {
+  Settings s = with_limit(0, 0.0);
+  s.remap_growth = remap_growth;
+  PagedParts p(s, small_device(256 * MiB));
+  for (std::size_t i = 0; i < pages; ++i) p.physical.make_idle(*create(p));
+  peak_allocated(p, peak);
+  PhysicalPage* got = nullptr;
+  for (int i = 0; i < claims; ++i) {
+    REQUIRE(p.physical.acquire(Claim::chronic, request(), &got) == Error::ok);
+  }
+  return p.physical.count() - pages;
+}
+
+}  // namespace
+
+TEST_CASE("physical pages: a chronic conflict grows while reserved stays within "
+          "(1 + remap_growth) of the peak allocated", "[component][physical_pages]") {
+  Settings s = with_limit(0, 0.0);
+  s.remap_growth = 0.1;
+  PagedParts p(s);
   std::vector<PhysicalPage*> pages;
   for (int i = 0; i < 6; ++i) pages.push_back(create(p));
   for (int i = 0; i < 5; ++i) p.physical.make_idle(*pages[i]);
+  peak_allocated(p, 20 * MiB);  // the bound: 22 MiB
   PhysicalPage* got = nullptr;
   REQUIRE(p.physical.acquire(Claim::conflict, request(), &got) == Error::ok);
   CHECK(got == pages[4]);  // a plain conflict takes an idle page
-  // The first chronic page is within a tenth of 12 MiB (none so far): new memory.
-  REQUIRE(p.physical.acquire(Claim::chronic, request(), &got) == Error::ok);
-  CHECK(p.physical.count() == 7);
-  CHECK(p.physical.device_idle() == 4);
-  // A second one (2 MiB) is past a tenth of 14 MiB: an idle page again.
-  REQUIRE(p.physical.acquire(Claim::chronic, request(), &got) == Error::ok);
-  CHECK(got == pages[3]);
-  CHECK(p.physical.count() == 7);
-  // release_idle forgets the chronic pages: the next chronic claim grows again.
-  for (PhysicalPage* q : {pages[4], pages[3]}) p.physical.make_idle(*q);
-  p.physical.release_idle();
-  REQUIRE(p.physical.count() == 2);
-  for (int i = 0; i < 3; ++i) p.physical.make_idle(*create(p));  // 6 of 10 MiB idle
-  REQUIRE(p.physical.acquire(Claim::chronic, request(), &got) == Error::ok);
-  CHECK(p.physical.count() == 6);
-  CHECK(p.physical.device_idle() == 3);
-}
-
-// The bound is a share of reserved memory, not of the slack: with a small slack a workload
-// whose shapes change every step still grows enough to end its cycles of remaps.
-TEST_CASE("physical pages: chronic growth is bounded by reserved memory, not the slack",
-          "[component][physical_pages]") {
-  PagedParts p(with_limit(0, 0.01), small_device(256 * MiB));
-  for (int i = 0; i < 40; ++i) p.physical.make_idle(*create(p));  // 80 MiB, all idle
-  PhysicalPage* got = nullptr;
-  int grew = 0;
-  for (int i = 0; i < 10; ++i) {
+  std::size_t grew = 0;
+  for (int i = 0; i < 8; ++i) {
     const std::size_t before = p.physical.count();
     REQUIRE(p.physical.acquire(Claim::chronic, request(), &got) == Error::ok);
-    grew += p.physical.count() > before ? 1 : 0;
+    grew += p.physical.count() - before;
   }
-  // Growth while its pages are within a tenth of reserved: 0, 2, 4, 6 and 8 MiB of 80-88 MiB.
+  // 12 MiB reserved: new pages while the next fits in 22 MiB (14, ..., 22), then idle ones.
   CHECK(grew == 5);
-  CHECK(p.physical.count() == 45);
-  CHECK(p.physical.device_idle() == 35);
+  CHECK(p.physical.count() == 11);
+  CHECK(p.physical.device_idle() == 1);
+  // The bound is overhead over the peak, not a count of pages made: when the memory grown
+  // comes into use and the peak rises with it, chronic claims grow again.
+  peak_allocated(p, 30 * MiB);  // the bound: 33 MiB
+  REQUIRE(p.physical.acquire(Claim::chronic, request(), &got) == Error::ok);
+  CHECK(p.physical.count() == 12);
+  // A peak reset to what is in use now (nothing) ends growth: idle pages serve.
+  p.ledger.reset_peaks();
+  REQUIRE(p.physical.acquire(Claim::chronic, request(), &got) == Error::ok);
+  CHECK(p.physical.count() == 12);
+  CHECK(p.physical.device_idle() == 0);
 }
 
-// remap_growth sets the share: twice the default grows twice as many pages; 0 grows none,
-// and chronic claims take idle pages like conflicts.
-TEST_CASE("physical pages: remap_growth is the chronic share of reserved memory",
+// remap_growth sets the overhead: 80 MiB idle after a peak of 80 MiB allocated grows 2 MiB
+// pages while reserved stays within 88 MiB at 0.1 and 96 MiB at 0.2; 0 grows none (chronic
+// claims take idle pages like conflicts), and neither does a bound the reserved memory
+// already passes, however many claims come.
+TEST_CASE("physical pages: remap_growth is the overhead allowed over the peak allocated",
           "[component][physical_pages]") {
-  auto chronic_growth = [](double share) {
-    Settings s = with_limit(0, 0.01);
-    s.remap_growth = share;
-    PagedParts p(s, small_device(256 * MiB));
-    for (int i = 0; i < 40; ++i) p.physical.make_idle(*create(p));  // 80 MiB, all idle
-    PhysicalPage* got = nullptr;
-    for (int i = 0; i < 20; ++i) {
-      REQUIRE(p.physical.acquire(Claim::chronic, request(), &got) == Error::ok);
-    }
-    return p.physical.count() - 40;
-  };
-  CHECK(chronic_growth(Settings{}.remap_growth) == 5);  // as in the test above
-  // A fifth: grown pages of 0, 2, ..., 20 MiB are within a fifth of 80, 82, ..., 100 MiB.
-  CHECK(chronic_growth(0.2) == 11);
-  CHECK(chronic_growth(0.0) == 0);
+  CHECK(chronic_growth(0.1, 40, 80 * MiB, 20) == 4);
+  CHECK(chronic_growth(0.2, 40, 80 * MiB, 20) == 8);
+  CHECK(chronic_growth(0.0, 40, 80 * MiB, 20) == 0);
+  CHECK(chronic_growth(0.1, 40, 60 * MiB, 20) == 0);
 }
 
 TEST_CASE("physical pages: past the cap an idle page serves even within the slack",
