@@ -5,11 +5,11 @@
 #   check_library_exports.sh LIBRARY PREFIX
 set -euo pipefail
 lib=${1:?library} prefix=${2:?prefix}
-stray=$(nm -D --defined-only "$lib" | awk 'NF == 3 && $2 != "A" {print $3}' | sed 's/@.*//' |
-        grep -v "^$prefix" || true)
+names=$("$(dirname "$0")"/dynamic_symbols.sh "$lib" | cut -d' ' -f2)
+stray=$(grep -v "^$prefix" <<<"$names" || true)
 if [ -n "$stray" ]; then
   echo "$lib exports $(wc -l <<<"$stray") symbols outside $prefix*, e.g.:"
   head -n 20 <<<"$stray" | c++filt
   exit 1
 fi
-echo "$lib: $(nm -D --defined-only "$lib" | grep -c " $prefix") symbols, all $prefix*"
+echo "$lib: $(grep -c "^$prefix" <<<"$names") symbols, all $prefix*"

@@ -6,7 +6,7 @@
 set -euo pipefail
 lib=$1 dir=$2
 table=$(tr ';' '\n' <<<"$3" | sort -u)
-exported=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TWi]$/ {print $3}' | sed 's/@.*//' |
+exported=$("$(dirname "$0")"/../dynamic_symbols.sh "$lib" | awk '$1 ~ /^[TWi]$/ {print $2}' |
            grep -v -e '^cudalloc_' -e '^dlsym$' | sort -u)
 defined=$(grep -hoE 'visibility\("default"\)\)\) (int|void\*) (cu[A-Za-z0-9_]+)\(' "$dir"/*.cpp |
           sed -E 's/.* (cu[A-Za-z0-9_]+)\($/\1/' | sort -u)
