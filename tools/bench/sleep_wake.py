@@ -63,20 +63,74 @@ def bare_bandwidth(torch, nbytes):
     return out
 
 
+_SM_COPY = r"""
+extern "C" __global__ void sm_copy(const uint4* __restrict__ src, uint4* __restrict__ dst,
+                                   unsigned long long n) {
+  unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    dst[i] = src[i];
+  }
+}
+"""
+
+
+def sm_copier(torch):
+    """A copy of pinned host memory into device memory by the GPU's cores (a kernel reading
+    the host buffer through its device mapping) instead of its copy engines; None without
+    CuPy."""
+    try:
+        import cupy
+    except ImportError:
+        return None
+    kernel = cupy.RawKernel(_SM_COPY, "sm_copy")
+    blocks = torch.cuda.get_device_properties(0).multi_processor_count * 8
+
+    def copy(dst, src):
+        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        n = dst.numel() * dst.element_size() // 16
+        with stream:
+            kernel((blocks,), (512,), (cupy.uint64(src.data_ptr()), cupy.uint64(dst.data_ptr()),
+                                        cupy.uint64(n)))
+
+    return copy
+
+
+def timed_gibps(torch, copy, dst, src):
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    copy(dst, src)
+    torch.cuda.synchronize()
+    return dst.numel() * dst.element_size() / (time.perf_counter() - t) / GIB
+
+
 def release_probe(torch, release_gib, nbytes=4 * GIB):
     """GiB/s of an h2d copy of nbytes at rest (best of 3) and right after release_gib of
-    device memory was allocated, written, freed and the cache emptied (one copy)."""
+    device memory was allocated, written, freed and the cache emptied (one copy); by the copy
+    engines (copy_) and, with CuPy, by the cores (sm_), each after a release of its own."""
     dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    rest = best_copy_gibps(torch, dev, host)
-    big = torch.empty(int(release_gib * GIB), dtype=torch.uint8, device="cuda")
-    big.fill_(1)
-    torch.cuda.synchronize()
-    del big
-    torch.cuda.empty_cache()
-    after = copy_gibps(torch, dev, host)
+    engines = {"": lambda d, s: d.copy_(s, non_blocking=True)}
+    sm = sm_copier(torch)
+    if sm is not None:
+        engines["sm_"] = sm
+    out = {"release_gib": release_gib}
+    for prefix, copy in engines.items():
+        timed_gibps(torch, copy, dev, host)
+        out[prefix + "rest_gibps"] = max(timed_gibps(torch, copy, dev, host) for _ in range(3))
+        big = torch.empty(int(release_gib * GIB), dtype=torch.uint8, device="cuda")
+        big.fill_(1)
+        torch.cuda.synchronize()
+        del big
+        torch.cuda.empty_cache()
+        out[prefix + "after_release_gibps"] = timed_gibps(torch, copy, dev, host)
+        if prefix:
+            dev_copy = dev.clone()
+            dev.zero_()
+            copy(dev, host)
+            out[prefix + "same_bytes"] = bool(torch.equal(dev, dev_copy))
     del dev, host
-    return {"release_gib": release_gib, "rest_gibps": rest, "after_release_gibps": after}
+    return out
 
 
 def free_bytes(torch):
@@ -294,6 +348,12 @@ def main():
                   f"{pr['after_release_gibps']:.1f} GiB/s right after releasing "
                   f"{pr['release_gib']:g} GiB "
                   f"({100 * pr['after_release_gibps'] / pr['rest_gibps']:.0f}%)")
+            if "sm_rest_gibps" in pr:
+                print(f"{r['mode']:8} release probe, copy by the cores: "
+                      f"{pr['sm_rest_gibps']:.1f} GiB/s at rest, "
+                      f"{pr['sm_after_release_gibps']:.1f} right after "
+                      f"({100 * pr['sm_after_release_gibps'] / pr['sm_rest_gibps']:.0f}%), "
+                      f"bytes {'equal' if pr['sm_same_bytes'] else 'DIFFER'}")
         if not r["cycles"]:
             continue
         for i, c in enumerate(r["cycles"]):
