@@ -5,6 +5,7 @@ namespace cudalloc {
 using device::Location;
 
 void Ledger::reset_peaks() {
+  allocated_high_before_reset_ = allocated_high();
   stats_.for_each_mutable([](std::string_view, Stat& s) { s.reset_peak(); });
 }
 

@@ -8,6 +8,7 @@
 // (validate.cpp checks it and every gauge against the structures). Nothing else writes stats.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -26,6 +27,12 @@ class Ledger {
   const Stats& stats() const { return stats_; }
   const TraceRing& trace() const { return trace_; }
   void reset_peaks();
+  // The most bytes ever allocated at once: allocated_bytes' peak, but never lowered by
+  // reset_peaks, so that a policy bound on it (PhysicalPages::chronic_may_grow) does not
+  // move when a program resets its statistics every step.
+  std::int64_t allocated_high() const {
+    return std::max(allocated_high_before_reset_, stats_.allocated_bytes.peak);
+  }
   // cudaDeviceReset: every gauge drops to zero; peaks, totals and counters keep their history.
   void forget_everything();
 
@@ -108,6 +115,7 @@ class Ledger {
 
   Stats stats_;
   TraceRing trace_;
+  std::int64_t allocated_high_before_reset_ = 0;  // allocated_high() when peaks were last reset
 };
 
 }  // namespace cudalloc

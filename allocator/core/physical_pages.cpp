@@ -44,13 +44,14 @@ Error PhysicalPages::acquire(Claim claim, const Request& request, PhysicalPage**
 // long past used it up, and the cycle of a later steady state found none left and remapped
 // at every step. Bounded this way, a repeating cycle grows until it stops remapping (its
 // peak in use is fixed, its pages are few) and a workload whose shapes change every step
-// keeps growing only while reserved memory stays within (1 + remap_growth) x its peak.
+// keeps growing only while reserved memory stays within (1 + remap_growth) x its peak. The
+// peak is the ledger's allocated_high, which a reset of the peak statistics leaves alone.
 bool PhysicalPages::chronic_may_grow() const {
   if (settings_.remap_growth <= 0) return false;
   const Stats& s = ledger_.stats();
   const double after = static_cast<double>(s.reserved_bytes.current) +
                        static_cast<double>(page_size_);
-  return after <= (1.0 + settings_.remap_growth) * static_cast<double>(s.allocated_bytes.peak);
+  return after <= (1.0 + settings_.remap_growth) * static_cast<double>(ledger_.allocated_high());
 }
 
 PhysicalPage* PhysicalPages::take_device_idle(bool newest) {
