@@ -46,7 +46,7 @@ struct Settings {
   // this way. 0.1: the cycles of fixed-shape steps need up to about that (a generated training
   // step with tensors of 1-64 MiB needed 10% to stop remapping, tests/unit/
   // test_remap_policy.cpp; the shared traces 0.4-1.7%), and on the H100 llama_train_varlen
-  // ran 3% slower at 0.02 (32 remaps a step) than at 0.1 (none) (docs/benchmarks.md, "Chronic
+  // ran 3% slower at 0.02 (47 maps and unmaps a step) than at 0.1 (2) (docs/benchmarks.md, "Chronic
   // growth bounded by overhead"). 0: such pages take idle pages like any other.
   double remap_growth = 0.10;
   // Paged mode: the size of a page, the unit of physical memory that is created, mapped, lent
