@@ -136,18 +136,12 @@ std::vector<std::int64_t> varlen_rounds(PagedParts& p, int rounds) {
 
 TEST_CASE("page mapper: a varlen cycle settles within a bound of remaps",
           "[component][page_mapper]") {
-  // The mapper alone allocates nothing: the ledger is told of the cycle's peak, six pages,
-  // which chronic growth is bounded by.
-  auto told_peak = [](PagedParts& p) {
-    p.ledger.handed_out(1, 6 * p.page, 6 * p.page, 0);
-    p.ledger.free_requested(1, 6 * p.page, 6 * p.page, 0);
-    p.ledger.free_completed(1, 6 * p.page, 0);
-  };
+  // The ledger is told of the cycle's peak, six pages, which chronic growth is bounded by.
   SECTION("without a cap chronic conflicts grow memory until nothing is remapped") {
     Settings s;
     s.remap_growth = 0.5;  // up to nine pages
     PagedParts p(s);
-    told_peak(p);
+    p.peak_allocated(6 * p.page);
     const auto maps = varlen_rounds(p, 8);
     CHECK(maps[0] == 11);  // eight addresses, three of them remapped
     for (std::size_t r = 2; r < maps.size(); ++r) CHECK(maps[r] == 0);
@@ -159,7 +153,7 @@ TEST_CASE("page mapper: a varlen cycle settles within a bound of remaps",
     Settings s;
     s.remap_growth = 0;
     PagedParts p(s);
-    told_peak(p);
+    p.peak_allocated(6 * p.page);
     const auto maps = varlen_rounds(p, 8);
     for (std::size_t r = 2; r < maps.size(); ++r) CHECK(maps[r] > 0);
     CHECK(p.reserved() == std::int64_t(6 * p.page));

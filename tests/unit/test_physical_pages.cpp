@@ -176,14 +176,6 @@ TEST_CASE("physical pages: conflicts take the tail, fresh claims the head",
 
 namespace {
 
-// Tells the ledger that `bytes` were allocated at once, then freed: the peak that chronic
-// growth is bounded by.
-void peak_allocated(PagedParts& p, std::size_t bytes) {
-  p.ledger.handed_out(1, bytes, bytes, 0);
-  p.ledger.free_requested(1, bytes, bytes, 0);
-  p.ledger.free_completed(1, bytes, 0);
-}
-
 // Chronic claims from a state of `pages` idle 2 MiB pages after a peak of `peak` allocated;
 // returns how many of `claims` created memory.
 std::size_t chronic_growth(double remap_growth, std::size_t pages, std::size_t peak,
@@ -192,7 +184,7 @@ std::size_t chronic_growth(double remap_growth, std::size_t pages, std::size_t p
   s.remap_growth = remap_growth;
   PagedParts p(s, small_device(256 * MiB));
   for (std::size_t i = 0; i < pages; ++i) p.physical.make_idle(*create(p));
-  peak_allocated(p, peak);
+  p.peak_allocated(peak);
   PhysicalPage* got = nullptr;
   for (int i = 0; i < claims; ++i) {
     REQUIRE(p.physical.acquire(Claim::chronic, request(), &got) == Error::ok);
@@ -210,7 +202,7 @@ TEST_CASE("physical pages: a chronic conflict grows while reserved stays within 
   std::vector<PhysicalPage*> pages;
   for (int i = 0; i < 6; ++i) pages.push_back(create(p));
   for (int i = 0; i < 5; ++i) p.physical.make_idle(*pages[i]);
-  peak_allocated(p, 20 * MiB);  // the bound: 22 MiB
+  p.peak_allocated(20 * MiB);  // the bound: 22 MiB
   PhysicalPage* got = nullptr;
   REQUIRE(p.physical.acquire(Claim::conflict, request(), &got) == Error::ok);
   CHECK(got == pages[4]);  // a plain conflict takes an idle page
@@ -226,7 +218,7 @@ TEST_CASE("physical pages: a chronic conflict grows while reserved stays within 
   CHECK(p.physical.device_idle() == 1);
   // The bound is overhead over the peak, not a count of pages made: when the memory grown
   // comes into use and the peak rises with it, chronic claims grow again.
-  peak_allocated(p, 30 * MiB);  // the bound: 33 MiB
+  p.peak_allocated(30 * MiB);  // the bound: 33 MiB
   REQUIRE(p.physical.acquire(Claim::chronic, request(), &got) == Error::ok);
   CHECK(p.physical.count() == 12);
   // A reset of the peak statistics (as torch.cuda.reset_peak_memory_stats at every step)

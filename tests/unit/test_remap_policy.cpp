@@ -37,7 +37,9 @@ class TraceBuilder {
     events_.push_back({TraceAction::alloc, addr, size, 0, 0});
     return addr;
   }
-  void release(std::uint64_t addr) { events_.push_back({TraceAction::free_completed, addr, 0, 0, 0}); }
+  void release(std::uint64_t addr) {
+    events_.push_back({TraceAction::free_completed, addr, 0, 0, 0});
+  }
   Plan plan() const {
     Plan plan;
     std::string error;
@@ -92,9 +94,9 @@ Plan varlen_training(int steps, std::uint64_t seed) {
   return t.plan();
 }
 
-Settings paged(double page_slack, double remap_growth) {
+// The defaults (page_slack 0: idle pages serve before new memory) with `remap_growth`.
+Settings with_growth(double remap_growth) {
   Settings s;
-  s.page_slack = page_slack;
   s.remap_growth = remap_growth;
   return s;
 }
@@ -110,7 +112,7 @@ TEST_CASE("remap policy: a repeating training step maps nothing after its warm-u
   const Plan plan = fixed_shape_training(40);
   // Without growth the step's pages take each other's memory in a cycle that repeats: the
   // pattern needs the policy (the test could not pass by accident).
-  const PolicyResult none = run_cudalloc(plan, paged(0, 0), kCapacity);
+  const PolicyResult none = run_cudalloc(plan, with_growth(0), kCapacity);
   REQUIRE(none.problem.empty());
   CHECK(none.late_page_maps > 0);
   // Growth bounded by overhead over the peak in use gives the cycle its memory during the
@@ -118,7 +120,7 @@ TEST_CASE("remap policy: a repeating training step maps nothing after its warm-u
   // needs about 10% (its tensors are 1-64 MiB, a few live at a time): the default covers it.
   for (const double growth : {Settings{}.remap_growth, 0.2, 0.5}) {
     INFO("remap_growth " << growth);
-    const PolicyResult r = run_cudalloc(plan, paged(0, growth), kCapacity);
+    const PolicyResult r = run_cudalloc(plan, with_growth(growth), kCapacity);
     REQUIRE(r.problem.empty());
     CHECK(r.late_page_maps == 0);
     CHECK(r.late_page_unmaps == 0);
@@ -130,13 +132,13 @@ TEST_CASE("remap policy: varying shapes buy fewer remaps with memory within the 
           "[replay][remap_policy]") {
   for (const std::uint64_t seed : {1u, 2u, 3u}) {
     const Plan plan = varlen_training(60, seed);
-    const PolicyResult none = run_cudalloc(plan, paged(0, 0), kCapacity);
+    const PolicyResult none = run_cudalloc(plan, with_growth(0), kCapacity);
     REQUIRE(none.problem.empty());
     REQUIRE(none.late_page_maps > 0);
     std::uint64_t previous_maps = none.late_page_maps;
     for (const double growth : {0.02, Settings{}.remap_growth, 0.2}) {
       INFO("seed " << seed << ", remap_growth " << growth);
-      const PolicyResult r = run_cudalloc(plan, paged(0, growth), kCapacity);
+      const PolicyResult r = run_cudalloc(plan, with_growth(growth), kCapacity);
       REQUIRE(r.problem.empty());
       // Chronic growth stops at (1 + remap_growth) x the peak allocated; what is reserved
       // past it comes from pages in use (a page is the unit), as without growth.
