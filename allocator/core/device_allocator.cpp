@@ -322,6 +322,7 @@ Error DeviceAllocator::empty_cache() {
     release_cached_memory();
     if (paged()) release_held_segments();
     if (paged() && mapper_.release_cached()) blocks_.release_free_ranges();
+    ledger_.restart_high();  // the next phase's growth bound follows its own peak
     if (settings_.validate) check_after_operation("empty_cache");
     return Error::ok;
   });

@@ -5,7 +5,6 @@ namespace cudalloc {
 using device::Location;
 
 void Ledger::reset_peaks() {
-  allocated_high_before_reset_ = allocated_high();
   stats_.for_each_mutable([](std::string_view, Stat& s) { s.reset_peak(); });
 }
 
@@ -19,6 +18,7 @@ void Ledger::forget_everything() {
                       &stats_.dropped_bytes}) {
     gauge->current = 0;
   }
+  allocated_high_ = 0;
 }
 
 void Ledger::reserved(Location where, std::uintptr_t base, std::size_t bytes,

@@ -27,13 +27,17 @@ class Ledger {
   const Stats& stats() const { return stats_; }
   const TraceRing& trace() const { return trace_; }
   void reset_peaks();
-  // The most bytes ever allocated at once: allocated_bytes' peak, but never lowered by
-  // reset_peaks, so that a policy bound on it (PhysicalPages::chronic_may_grow) does not
-  // move when a program resets its statistics every step.
-  std::int64_t allocated_high() const {
-    return std::max(allocated_high_before_reset_, stats_.allocated_bytes.peak);
-  }
-  // cudaDeviceReset: every gauge drops to zero; peaks, totals and counters keep their history.
+  // The most bytes allocated at once since the cache was last emptied (restart_high): the
+  // peak of the workload running now, which a policy bound (PhysicalPages::chronic_may_grow)
+  // scales. Unlike allocated_bytes' peak, reset_peaks leaves it alone, so that the bound does
+  // not move when a program resets its statistics every step.
+  std::int64_t allocated_high() const { return allocated_high_; }
+  // empty_cache: a program empties the cache between phases of different sizes (a trainer,
+  // then an inference engine); the next phase's bound follows its own peak, not the larger
+  // one before. Restarts from what is allocated now.
+  void restart_high() { allocated_high_ = stats_.allocated_bytes.current; }
+  // cudaDeviceReset: every gauge drops to zero (allocated_high too); peaks, totals and
+  // counters keep their history.
   void forget_everything();
 
   // Memory from the driver or the host. A plain segment (`base` is its address) and a
@@ -55,6 +59,7 @@ class Ledger {
   void handed_out(std::uintptr_t addr, std::size_t rounded, std::size_t requested,
                   StreamHandle stream) {
     stats_.allocated_bytes.increase(signed_(rounded));
+    allocated_high_ = std::max(allocated_high_, stats_.allocated_bytes.current);
     stats_.allocated_count.count();
     stats_.requested_bytes.increase(signed_(requested));
     stats_.active_bytes.increase(signed_(rounded));
@@ -115,7 +120,7 @@ class Ledger {
 
   Stats stats_;
   TraceRing trace_;
-  std::int64_t allocated_high_before_reset_ = 0;  // allocated_high() when peaks were last reset
+  std::int64_t allocated_high_ = 0;  // allocated_high()
 };
 
 }  // namespace cudalloc

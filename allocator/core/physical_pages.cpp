@@ -45,7 +45,8 @@ Error PhysicalPages::acquire(Claim claim, const Request& request, PhysicalPage**
 // at every step. Bounded this way, a repeating cycle grows until it stops remapping (its
 // peak in use is fixed, its pages are few) and a workload whose shapes change every step
 // keeps growing only while reserved memory stays within (1 + remap_growth) x its peak. The
-// peak is the ledger's allocated_high, which a reset of the peak statistics leaves alone.
+// peak is the ledger's allocated_high, which a reset of the peak statistics leaves alone and
+// empty_cache restarts (the next phase's bound follows that phase's peak).
 bool PhysicalPages::chronic_may_grow() const {
   if (settings_.remap_growth <= 0) return false;
   const Stats& s = ledger_.stats();

@@ -41,7 +41,8 @@ struct Settings {
   // Paged mode: new memory for pages that keep losing their physical page to other pages
   // (PhysicalPages::acquire, a "chronic" claim: part of a cycle in which more pages are in
   // use than there is memory for), allowed while reserved memory stays within
-  // (1 + remap_growth) x the peak of memory allocated. Each turn of such a cycle costs a
+  // (1 + remap_growth) x the peak of memory allocated since the cache was last emptied
+  // (Ledger::allocated_high). Each turn of such a cycle costs a
   // remap; new memory ends it. Driven by remaps seen, so a workload without cycles never grows
   // this way. 0.1: the cycles of fixed-shape steps need up to about that (a generated training
   // step with tensors of 1-64 MiB needed 10% to stop remapping, tests/unit/

@@ -227,6 +227,23 @@ TEST_CASE("physical pages: a chronic conflict grows while reserved stays within 
   REQUIRE(p.ledger.stats().allocated_bytes.peak == 0);
   REQUIRE(p.physical.acquire(Claim::chronic, request(), &got) == Error::ok);
   CHECK(p.physical.count() == 13);
+  // empty_cache restarts it from what is allocated now (nothing): a smaller phase after it
+  // grows within its own peak, not within the larger one before.
+  p.ledger.restart_high();
+  CHECK(p.ledger.allocated_high() == 0);
+  const std::size_t before = p.physical.count();
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(p.physical.acquire(Claim::chronic, request(), &got) == Error::ok);
+    p.physical.make_idle(*got);
+  }
+  CHECK(p.physical.count() == before);  // 26 MiB reserved, over any bound of a 0 B peak
+  p.peak_allocated(24 * MiB);           // the bound: 26.4 MiB, 26 + 2 does not fit
+  REQUIRE(p.physical.acquire(Claim::chronic, request(), &got) == Error::ok);
+  CHECK(p.physical.count() == before);
+  p.physical.make_idle(*got);
+  p.peak_allocated(26 * MiB);           // the bound: 28.6 MiB
+  REQUIRE(p.physical.acquire(Claim::chronic, request(), &got) == Error::ok);
+  CHECK(p.physical.count() == before + 1);
 }
 
 // remap_growth sets the overhead: 80 MiB idle after a peak of 80 MiB allocated grows 2 MiB

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "lcg.h"
 #include "replay/plan.h"
 #include "replay/runner.h"
 #include "util/units.h"
@@ -16,19 +17,11 @@
 using namespace cudalloc;
 using namespace cudalloc::replay;
 using snapshot::TraceRecord;
+using test::Lcg;
 
 namespace {
 
 constexpr std::uint64_t kCapacity = std::uint64_t{1} << 40;
-
-// A deterministic generator (the tests must not depend on the standard library's engines).
-struct Lcg {
-  std::uint64_t state;
-  std::uint64_t next(std::uint64_t bound) {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (state >> 33) % bound;
-  }
-};
 
 class TraceBuilder {
  public:
@@ -60,8 +53,8 @@ void model_step(TraceBuilder& t, std::uint64_t shape_seed, double scale) {
   Lcg shapes{shape_seed};
   std::vector<std::pair<std::uint64_t, int>> live;  // address, ops left to live
   for (int op = 0; op < 80; ++op) {
-    const std::uint64_t bytes = MiB + shapes.next(63 * MiB) + shapes.next(4096);
-    live.push_back({t.alloc(std::uint64_t(double(bytes) * scale) + 512), 1 + int(shapes.next(12))});
+    const std::uint64_t bytes = MiB + shapes.below(63 * MiB) + shapes.below(4096);
+    live.push_back({t.alloc(std::uint64_t(double(bytes) * scale) + 512), 1 + int(shapes.below(12))});
     for (std::size_t i = 0; i < live.size();) {
       if (--live[i].second > 0) {
         ++i;
@@ -88,7 +81,7 @@ Plan varlen_training(int steps, std::uint64_t seed) {
   Lcg lcg{seed};
   const std::uint64_t weights = t.alloc(300 * MiB + 7);
   for (int step = 0; step < steps; ++step) {
-    model_step(t, 7, 0.3 + double(lcg.next(71)) / 100.0);
+    model_step(t, 7, 0.3 + double(lcg.below(71)) / 100.0);
   }
   t.release(weights);
   return t.plan();
@@ -151,4 +144,48 @@ TEST_CASE("remap policy: varying shapes buy fewer remaps with memory within the 
     const PolicyResult defaults = run_cudalloc(plan, Settings{}, kCapacity);
     CHECK(2 * defaults.late_page_maps <= none.late_page_maps);
   }
+}
+
+namespace {
+
+// Replays every op of `plan` through `policy`, then frees what it left live.
+void replay_whole(const Plan& plan, CudallocPolicy& policy) {
+  OpReplayer replayer(plan);
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) replayer.apply(i, policy);
+  replayer.release_all(policy);
+}
+
+// A phase with a peak of `bytes` allocated at once, then nothing live.
+Plan one_large_phase(std::uint64_t bytes) {
+  TraceBuilder t;
+  t.release(t.alloc(bytes));
+  return t.plan();
+}
+
+}  // namespace
+
+TEST_CASE("remap policy: after empty_cache a smaller phase grows within its own peak",
+          "[replay][remap_policy]") {
+  // A trainer's 8 GiB, emptied from the cache, then an inference phase of shapes that change
+  // every step and peak far lower: the growth bound follows the phase running now.
+  const Plan smaller = varlen_training(60, 5);
+  REQUIRE(smaller.peak_live_bytes < GiB);
+  const Settings settings;  // the defaults
+  const PolicyResult alone = run_cudalloc(smaller, settings, kCapacity);
+  const PolicyResult none = run_cudalloc(smaller, with_growth(0), kCapacity);
+  REQUIRE(alone.problem.empty());
+  REQUIRE(none.problem.empty());
+  CudallocPolicy policy(0, settings, kCapacity, false);
+  DeviceAllocator& alloc = policy.allocator();
+  replay_whole(one_large_phase(8 * GiB), policy);
+  REQUIRE(alloc.empty_cache() == Error::ok);
+  REQUIRE(alloc.stats().reserved_bytes.current == 0);
+  alloc.reset_peak_stats();
+  replay_whole(smaller, policy);
+  CHECK(alloc.validate().empty());
+  const double after = double(alloc.stats().reserved_bytes.peak);
+  const double limit = std::max(fragmentation(none, smaller), 1.0 + settings.remap_growth);
+  CHECK(after <= limit * double(smaller.peak_live_bytes));
+  // The phase reserves what it does alone: what came before and was emptied does not show.
+  CHECK(alloc.stats().reserved_bytes.peak == std::int64_t(alone.peak_reserved_bytes));
 }
