@@ -2,6 +2,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "lcg.h"
 
 using namespace cudalloc;
 using namespace cudalloc::test;
@@ -74,8 +75,8 @@ TEST_CASE("no byte freed in device order is reused before queued work on any str
   };
   std::vector<Freed> hazards;
   std::vector<std::pair<void*, std::size_t>> live;
-  std::uint64_t seed = 12345;
-  auto next = [&] { return seed = seed * 6364136223846793005ull + 1442695040888963407ull; };
+  Lcg rng{12345};
+  auto next = [&] { return rng.next(); };
   for (int step = 0; step < 400; ++step) {
     const std::size_t size = (next() >> 40) % (20 * MiB) + 1;
     void* p = nullptr;

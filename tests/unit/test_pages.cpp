@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "lcg.h"
 #include "snapshot/snapshot_json.h"
 
 using namespace cudalloc;
@@ -402,11 +403,7 @@ TEST_CASE("larger pages map less on a workload whose sizes keep changing, bytes 
       unsigned char tag;
     };
     std::vector<Live> live;
-    std::uint64_t rng = 0x9e3779b97f4a7c15ull;
-    auto next = [&rng] {
-      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-      return rng >> 33;
-    };
+    Lcg rng{0x9e3779b97f4a7c15ull};
     constexpr std::size_t kTag = 4 * KiB;
     auto tag_ends = [&](const Live& l) {
       const std::size_t n = std::min(kTag, l.size);
@@ -421,15 +418,15 @@ TEST_CASE("larger pages map less on a workload whose sizes keep changing, bytes 
     };
     std::int64_t peak_live = 0;
     for (int op = 0; op < 1500; ++op) {
-      if (live.size() < 24 && (live.empty() || next() % 3 != 0)) {
-        const std::size_t size = 100 * KiB + next() % (40 * MiB);
-        const StreamHandle stream = next() % 4 == 0 ? T : S;
+      if (live.size() < 24 && (live.empty() || rng.below(3) != 0)) {
+        const std::size_t size = 100 * KiB + rng.below(40 * MiB);
+        const StreamHandle stream = rng.below(4) == 0 ? T : S;
         Live l{h.get(size, stream), size, static_cast<unsigned char>(op)};
         tag_ends(l);
         live.push_back(l);
         peak_live = std::max(peak_live, h.stats().allocated_bytes.current);
       } else {
-        const std::size_t i = next() % live.size();
+        const std::size_t i = rng.below(live.size());
         CHECK(ends_tagged(live[i]));
         h.put(live[i].p);
         live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
