@@ -10,7 +10,8 @@
 #   sleep      tools/bench/sleep_wake.py once per CONF (through the adapter and LD_PRELOAD)
 #   workloads  tools/bench/torch_workloads.py over $WORKLOADS (default the varlen ones):
 #              native, expandable and cudalloc with the first CONF, cudalloc alone with the
-#              others, then cudalloc with the first CONF again
+#              others, then cudalloc with the first CONF again; with $REPEAT, each of those
+#              runs native and cudalloc REPEAT times, interleaved (--repeat)
 # Everything goes to $OUT (default ./gpu-page-size-out); tables are printed as they come.
 set -u
 deps=${1:?deps root} steps=${2:?steps}
@@ -55,7 +56,8 @@ for step in ${steps//,/ }; do
         f=$out/workloads_${n}_$(name_of "$conf")
         echo "== torch_workloads $list, modes $modes, CUDALLOC_CONF='$conf' ($(date -u +%H:%M:%S) UTC)"
         python3 tools/bench/torch_workloads.py --workloads "$list" --modes "$modes" \
-          --conf "$conf" --json "$f.json" 2>"$f.stderr" | tee "$f.txt" || rc=1
+          --conf "$conf" ${REPEAT:+--repeat "$REPEAT"} --json "$f.json" 2>"$f.stderr" \
+          | tee "$f.txt" || rc=1
         tail -c 20000 "$f.stderr" > "$f.stderr_tail"; rm -f "$f.stderr"
       done ;;
     *) echo "unknown step: $step"; exit 2 ;;
