@@ -170,9 +170,10 @@ std::span<const Option> options() {
        set_share<&Settings::page_slack>, get_share<&Settings::page_slack>},
       {"remap_growth", OptionType::fraction,
        "With vmm: memory that may be reserved over the peak allocated (since the cache was last "
-       "emptied), as a fraction of it, to give new memory to pages that keep losing their physical page to others (cycles of "
-       "remaps, in fixed-shape steps and in shapes that change every step). Higher: fewer "
-       "remaps, more memory; 0: such pages reuse idle pages like any other.",
+       "emptied), as a fraction of it, to give new memory to pages that keep losing their "
+       "physical page to others (cycles of remaps, in fixed-shape steps and in shapes that "
+       "change every step). Higher: fewer remaps, more memory; 0: such pages reuse idle pages "
+       "like any other.",
        set_share<&Settings::remap_growth>, get_share<&Settings::remap_growth>},
       {"page_size", OptionType::bytes,
        "With vmm: the unit of physical memory that is created, mapped and moved, rounded up to "

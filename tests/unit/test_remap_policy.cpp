@@ -54,7 +54,8 @@ void model_step(TraceBuilder& t, std::uint64_t shape_seed, double scale) {
   std::vector<std::pair<std::uint64_t, int>> live;  // address, ops left to live
   for (int op = 0; op < 80; ++op) {
     const std::uint64_t bytes = MiB + shapes.below(63 * MiB) + shapes.below(4096);
-    live.push_back({t.alloc(std::uint64_t(double(bytes) * scale) + 512), 1 + int(shapes.below(12))});
+    const std::uint64_t size = std::uint64_t(double(bytes) * scale) + 512;
+    live.push_back({t.alloc(size), 1 + int(shapes.below(12))});
     for (std::size_t i = 0; i < live.size();) {
       if (--live[i].second > 0) {
         ++i;
