@@ -76,9 +76,8 @@ TEST_CASE("no byte freed in device order is reused before queued work on any str
   std::vector<Freed> hazards;
   std::vector<std::pair<void*, std::size_t>> live;
   Lcg rng{12345};
-  auto next = [&] { return rng.next(); };
   for (int step = 0; step < 400; ++step) {
-    const std::size_t size = (next() >> 40) % (20 * MiB) + 1;
+    const std::size_t size = (rng.next() >> 40) % (20 * MiB) + 1;
     void* p = nullptr;
     if (h.try_get(size, 0, &p) != Error::ok) continue;
     const auto syncs = h.fake.calls(CallKind::synchronize);
@@ -88,17 +87,17 @@ TEST_CASE("no byte freed in device order is reused before queued work on any str
       CHECK((!overlap || f.done || syncs > f.syncs));
     }
     live.emplace_back(p, size);
-    if (live.size() > 6 || (next() >> 60) < 8) {
-      const std::size_t i = (next() >> 33) % live.size();
-      const StreamHandle s = streams[(next() >> 50) % 3];
+    if (live.size() > 6 || (rng.next() >> 60) < 8) {
+      const std::size_t i = rng.below(live.size());
+      const StreamHandle s = streams[(rng.next() >> 50) % 3];
       h.fake.enqueue_work(0, s);  // a kernel on an unseen stream uses the block
       REQUIRE(h.alloc->deallocate(live[i].first, Order::device) == Error::ok);
       hazards.push_back({addr(live[i].first), live[i].second, s,
                          h.fake.calls(CallKind::synchronize), false});
       live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    if ((next() >> 58) == 0) {
-      const StreamHandle s = streams[(next() >> 50) % 3];
+    if ((rng.next() >> 58) == 0) {
+      const StreamHandle s = streams[(rng.next() >> 50) % 3];
       h.fake.complete_work(0, s);
       for (Freed& f : hazards) f.done = f.done || f.stream == s;
     }
